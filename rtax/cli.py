@@ -1,0 +1,335 @@
+"""The `rtax` command line: thin wrappers that map flags onto library calls.
+
+Why thin (README.md#cli): every command opens the database, calls one library function and turns
+library errors into one line on stderr with exit code 2, so that scripts and the scheduler can
+rely on the library alone and the CLI adds no behaviour of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import NoReturn
+
+from rtax import __version__, fixtures, paths, stats, workloads
+from rtax.fixtures import Fixture, FixtureError, GitServer
+from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
+from rtax.store import Store, StoreError
+from rtax.substrates import UnknownSubstrate, get_substrate, kinds
+from rtax.workloads import RepoSource, WorkloadError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage dump), still exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rtax", description="Measure the rollout infrastructure tax.")
+    parser.add_argument("--version", action="version", version=f"rtax {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    probe = sub.add_parser("probe", help="run rollouts on a substrate and store every sample")
+    probe.add_argument(
+        "--substrate",
+        default="local",
+        help=f"substrate kind (known: {', '.join(kinds())}; default local)",
+    )
+    probe.add_argument("--tier", choices=workloads.TIERS, default="T0")
+    probe.add_argument(
+        "--steps",
+        type=_non_negative_int,
+        default=0,
+        help="trajectory length on the T2 setup (10/50/150 are standard; 0: the "
+        "tier's fixed script)",
+    )
+    probe.add_argument("--repeat", type=_positive_int, default=1, help="rollouts to run")
+    probe.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        default=0,
+        help="trajectory seed: the same seed gives the same actions everywhere",
+    )
+    probe.add_argument("--db", type=Path, default=None, help="database (default data/rtax.db)")
+    probe.add_argument(
+        "--deadline",
+        type=_positive_float,
+        default=3600.0,
+        help="wall-time limit of one rollout, seconds",
+    )
+    probe.add_argument(
+        "--action-timeout",
+        type=_positive_float,
+        default=None,
+        help="override every command's timeout, seconds",
+    )
+    probe.add_argument(
+        "--repo-url",
+        default="serve",
+        help="where T2 clones from: 'serve' (the fixture over git:// on a local "
+        "port, default), 'path' (the fixture by path), or any git URL",
+    )
+    probe.add_argument("--commit", default=None, help="T2 commit (default: the fixture's buggy)")
+    probe.add_argument(
+        "--fix-patch", type=Path, default=None, help="T2 fix patch file (default: the fixture's)"
+    )
+    probe.add_argument(
+        "--failing-test",
+        default=None,
+        help="T2 test id that the patch fixes (default: the fixture's)",
+    )
+    probe.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+    export = sub.add_parser("export", help="write runs or actions to a CSV file")
+    export.add_argument("--db", type=Path, default=None, help="database (default data/rtax.db)")
+    export.add_argument("--table", choices=("runs", "actions"), required=True)
+    export.add_argument("--out", type=Path, required=True, help="CSV file to write")
+    export.add_argument("--substrate", default=None, help="only this substrate")
+    export.add_argument("--tier", choices=workloads.TIERS, default=None, help="only this tier")
+
+    fix = sub.add_parser("fixtures", help="build the offline attrs fixture (a no-op if built)")
+    fix.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    fix.add_argument(
+        "--serve", action="store_true", help="then serve it over git:// until interrupted"
+    )
+    fix.add_argument("--host", default="127.0.0.1", help="address to serve on")
+    fix.add_argument("--port", type=_non_negative_int, default=9418, help="port to serve on")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"probe": cmd_probe, "export": cmd_export, "fixtures": cmd_fixtures}[args.command]
+    try:
+        return handler(args)
+    except (UsageError, StoreError, FixtureError, WorkloadError, UnknownSubstrate) as exc:
+        print(f"rtax {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _open_store(db: Path | None, *, create: bool) -> Store:
+    path = db if db is not None else paths.default_db()
+    if db is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.is_dir():
+        raise UsageError(f"--db {path} is a folder, not a database file")
+    return Store(path, create=create)
+
+
+def _ensure_fixture(quiet: bool) -> Fixture:
+    fixture = fixtures.load()
+    if fixture is None:
+        if not quiet:
+            print("building the attrs fixture (once; see `rtax fixtures`)...", file=sys.stderr)
+        fixture = fixtures.build()
+    return fixture
+
+
+@contextmanager
+def _repo_source(args: argparse.Namespace, fixture: Fixture) -> Iterator[RepoSource | None]:
+    """The T2 repository source, serving the fixture over git:// for the run when asked."""
+    if args.tier != "T2":
+        yield None
+        return
+    patch = fixture.fix_patch
+    if args.fix_patch is not None:
+        try:
+            patch = args.fix_patch.read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read --fix-patch {args.fix_patch}: {exc.strerror}") from None
+    commit = args.commit or fixture.buggy_commit
+    failing = args.failing_test or fixture.failing_test
+    if args.repo_url == "serve":
+        with GitServer(fixture.root) as server:
+            yield RepoSource(server.url(fixture.bare_repo.name), commit, patch, failing)
+        return
+    url = str(fixture.bare_repo) if args.repo_url == "path" else args.repo_url
+    yield RepoSource(url, commit, patch, failing)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    workloads.validate(args.tier, args.steps)  # before any slow work
+    store = _open_store(args.db, create=True)
+    fixture = _ensure_fixture(args.quiet)
+    substrate = get_substrate(args.substrate, template=fixture.template)
+    options = ProbeOptions(deadline_s=args.deadline)
+    records: list[RolloutRecord] = []
+    with store, _repo_source(args, fixture) as source:
+        workload = workloads.build(args.tier, steps=args.steps, seed=args.seed, source=source)
+        if args.action_timeout is not None:
+            workload = _with_timeout(workload, args.action_timeout)
+        bar = _progress(
+            args.repeat,
+            f"{substrate.name} {args.tier}" + (f" S={args.steps}" if args.steps else ""),
+            args.quiet,
+        )
+        try:
+            with bar:
+                for _ in range(args.repeat):
+                    record = run_rollout(substrate, workload, options=options)
+                    store.save_rollout(record)
+                    records.append(record)
+                    failed = sum(not r.ok for r in records)
+                    bar.set_postfix_str(f"last {record.run['wall_s']:.3f}s, failed {failed}")
+                    bar.update(1)
+        except KeyboardInterrupt:
+            print(
+                f"\ninterrupted: {len(records)} rollouts saved; the one in progress was "
+                "cleaned up and not recorded",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
+    if not args.quiet:
+        print(_summary(records, store.path))
+    return 0 if all(r.ok for r in records) else 1
+
+
+def _with_timeout(workload: workloads.Workload, timeout_s: float) -> workloads.Workload:
+    return replace(
+        workload,
+        setup=tuple(replace(a, timeout_s=timeout_s) for a in workload.setup),
+        actions=tuple(replace(a, timeout_s=timeout_s) for a in workload.actions),
+    )
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, quiet: bool):  # type: ignore[no-untyped-def]
+    if quiet:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="rollout",
+        file=sys.stderr,
+        leave=True,
+        disable=None,
+        dynamic_ncols=True,
+    )
+
+
+def _summary(records: list[RolloutRecord], db: Path) -> str:
+    """The end-of-probe table: p50/p95/n/success per phase, in milliseconds."""
+    import pandas as pd
+
+    runs = pd.DataFrame([r.run for r in records])
+    table = stats.phase_summary(runs)
+    per_action = pd.DataFrame(
+        [a for r in records if r.ok for a in r.actions if a["phase"] == "action"]
+    )
+    action_row = stats.summarize(per_action["latency_s"] if not per_action.empty else [], (50, 95))
+    lines = [
+        f"{len(records)} rollouts, {int(runs['status'].eq('ok').sum())} ok -> {db}",
+        f"{'phase':<24}{'p50 ms':>11}{'p95 ms':>11}{'mean ms':>11}{'n':>6}{'success':>9}",
+    ]
+
+    def fmt(x: float) -> str:
+        return f"{x * 1000:11.2f}" if not math.isnan(x) else f"{'-':>11}"
+
+    rate = table["success_rate"].iloc[0] if len(table) else math.nan
+    for row in table.itertuples():
+        lines.append(
+            f"{row.phase:<24}{fmt(row.p50)}{fmt(row.p95)}{fmt(row.mean)}{row.n:>6}{rate:>9.0%}"
+        )
+    lines.append(
+        f"{'per action':<24}{fmt(action_row['p50'])}{fmt(action_row['p95'])}"
+        f"{fmt(action_row['mean'])}{action_row['n']:>6}{rate:>9.0%}"
+    )
+    errors = runs.loc[runs["status"] != "ok", "error_class"].value_counts()
+    for error_class, count in errors.items():
+        lines.append(f"failed: {count} x {error_class}")
+    return "\n".join(lines)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if not args.out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: folder {args.out.parent} does not exist")
+    if args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a folder")
+    with _open_store(args.db, create=False) as store:
+        try:
+            n = store.export_csv(args.table, args.out, substrate=args.substrate, tier=args.tier)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
+    print(f"wrote {n} {args.table} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_fixtures(args: argparse.Namespace) -> int:
+    fixture = fixtures.build(force=args.force)
+    print(
+        f"attrs {fixture.attrs_version} fixture at {fixture.root}\n"
+        f"  pristine {fixture.pristine_commit}\n"
+        f"  buggy    {fixture.buggy_commit}  ({fixture.bug_summary})\n"
+        f"  failing  {fixture.failing_test}\n"
+        f"  fix      {fixture.fix_patch_path}\n"
+        f"  clone    {fixture.bare_repo}"
+    )
+    if not args.serve:
+        return 0
+    with GitServer(fixture.root, host=args.host, port=args.port) as server:
+        print(f"serving {server.url(fixture.bare_repo.name)} (Ctrl-C to stop)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)  # idle until interrupted; the daemon does the work
+        except KeyboardInterrupt:
+            return 0

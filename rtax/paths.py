@@ -1,0 +1,40 @@
+"""Where rtax keeps its files.
+
+Why one module: the database, the built fixture and the local substrate's environments must be
+found in the same place by the CLI, the tests and (later) the scheduler, whatever the working
+directory. `RTAX_DATA_DIR` moves everything; otherwise a checkout uses its own `data/` folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_CHECKOUT_DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def data_dir() -> Path:
+    """The data folder: `$RTAX_DATA_DIR`, else the checkout's `data/`, else `./data`."""
+    env = os.environ.get("RTAX_DATA_DIR")
+    if env:
+        return Path(env)
+    if _CHECKOUT_DATA.is_dir():
+        return _CHECKOUT_DATA
+    return Path.cwd() / "data"
+
+
+def default_db() -> Path:
+    """The embedded default database (README.md#data)."""
+    return data_dir() / "rtax.db"
+
+
+def fixtures_dir() -> Path:
+    """The built attrs fixture (git-ignored; rebuilt by `rtax fixtures` when missing)."""
+    return data_dir() / "fixtures"
+
+
+def local_envs_dir() -> Path:
+    """Where the local substrate makes its per-rollout working directories."""
+    env = os.environ.get("RTAX_LOCAL_ROOT")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "rtax-local"

@@ -1,0 +1,320 @@
+"""The probe runner: one rollout on one substrate, timed phase by phase, as a finished record.
+
+Why it is built this way (README.md#measurement-model):
+
+- Phases are consecutive and timed around the substrate's own calls with one monotonic clock, so
+  create + orchestration + ready + setup + actions + cleanup never exceeds the wall time. What is
+  left over, `overhead`, is the harness's own cost (bookkeeping between calls); it is recorded and
+  shown, never folded into a phase.
+- Every command is a raw sample (an action row), ready attempts and setup included.
+- A failure is classified, cleanup is still attempted and timed, and the row is kept. A rollout
+  interrupted by the user (Ctrl-C) is cleaned up and then *not* recorded: half a rollout is no
+  sample. The record is returned whole and the store writes it in one transaction.
+
+The runner knows nothing about any one substrate: it only calls the `Substrate` protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+from rtax import __version__
+from rtax.substrates.base import (
+    Environment,
+    ReadyTimeout,
+    Substrate,
+    SubstrateError,
+    clock,
+)
+from rtax.workloads import Action, Workload
+
+PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup")
+READY_COMMAND = "true"
+#: Output kept on a failed action, for the error message; full output is never stored.
+_DETAIL_CHARS = 400
+
+
+class WorkloadFailed(Exception):
+    """A command ran but did not do what the workload needs (e.g. the T2 test did not flip)."""
+
+    error_class = "workload_failed"
+
+
+class DeadlineExceeded(SubstrateError):
+    error_class = "deadline_exceeded"
+
+
+@dataclass
+class RolloutRecord:
+    """A finished rollout: one run row and its action rows, ready for `Store.save_rollout`."""
+
+    run: dict[str, Any]
+    actions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.run["status"] == "ok"
+
+
+@dataclass
+class ProbeOptions:
+    """Timeouts of one rollout. The deadline bounds the whole rollout's wall time."""
+
+    create_timeout_s: float = 300.0
+    running_timeout_s: float = 300.0
+    ready_timeout_s: float = 120.0
+    cleanup_timeout_s: float = 120.0
+    deadline_s: float = 3600.0
+
+
+def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dict[str, str]:
+    """Installed versions of the libraries a sample depends on (provenance)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
+def _utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class _Rollout:
+    """The mutable state of one rollout while it runs; `record()` freezes it."""
+
+    def __init__(
+        self,
+        substrate: Substrate,
+        workload: Workload,
+        run_id: str,
+        options: ProbeOptions,
+        now: Callable[[], float],
+    ) -> None:
+        self.sub = substrate
+        self.workload = workload
+        self.run_id = run_id
+        self.opt = options
+        self.now = now
+        self.t0 = now()
+        self.phases: dict[str, float] = {}
+        self.actions: list[dict[str, Any]] = []
+        self.env: Environment | None = None
+        self.episode_end: float | None = None
+        self.error_class: str | None = None
+        self.error_message: str | None = None
+        self.cleanup_ok: bool | None = None
+        self.n_done = 0
+
+    def remaining(self) -> float:
+        left = self.opt.deadline_s - (self.now() - self.t0)
+        if left <= 0:
+            raise DeadlineExceeded(f"rollout deadline of {self.opt.deadline_s:g} s passed")
+        return left
+
+    def timed(self, phase: str, fn: Callable[[], Any]) -> Any:
+        start = self.now()
+        try:
+            return fn()
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + (self.now() - start)
+
+    def command(self, phase: str, index: int, action: Action) -> tuple[int, str]:
+        """Run one command as a raw sample; the phase accrues its latency even if it fails."""
+        assert self.env is not None
+        timeout = min(action.timeout_s, self.remaining())
+        row: dict[str, Any] = {
+            "run_id": self.run_id,
+            "seq": len(self.actions),
+            "phase": phase,
+            "idx": index,
+            "category": action.category,
+            "command": action.command,
+            "t_offset_s": self.now() - self.t0,
+        }
+        self.actions.append(row)
+        start = self.now()
+        try:
+            result = self.sub.run(self.env, action.command, timeout)
+        except SubstrateError as exc:
+            latency = self.now() - start
+            self.phases[phase] = self.phases.get(phase, 0.0) + latency
+            row.update(
+                latency_s=latency,
+                ok=0,
+                error_class=exc.error_class,
+                detail=str(exc)[:_DETAIL_CHARS],
+            )
+            raise
+        latency = self.now() - start
+        self.phases[phase] = self.phases.get(phase, 0.0) + latency
+        row.update(
+            latency_s=latency,
+            exec_s=result.latency_s,
+            exit_code=result.exit_code,
+            stdout_bytes=len(result.stdout),
+            stderr_bytes=len(result.stderr),
+        )
+        problem = action.check(result.exit_code, result.stdout)
+        row["ok"] = int(problem is None)
+        if problem is not None:
+            row["error_class"] = WorkloadFailed.error_class
+            tail = (result.stderr or result.stdout)[-_DETAIL_CHARS:]
+            row["detail"] = f"{problem}: {tail}"
+        return result.exit_code, problem or ""
+
+    def ready(self) -> None:
+        """Retry the no-op command until it succeeds or the ready timeout passes."""
+        deadline = self.now() + self.opt.ready_timeout_s
+        attempt = 0
+        while True:
+            try:
+                _, problem = self.command("ready", attempt, Action("ready", READY_COMMAND))
+                if not problem:
+                    return
+                last = problem
+            except (DeadlineExceeded, ReadyTimeout):
+                raise
+            except SubstrateError as exc:
+                if exc.error_class in ("environment_lost", "action_timeout"):
+                    raise
+                last = str(exc)
+            attempt += 1
+            if self.now() >= deadline:
+                raise ReadyTimeout(
+                    f"no successful {READY_COMMAND!r} after {attempt} "
+                    f"attempts in {self.opt.ready_timeout_s:g} s: {last}"
+                )
+
+    def body(self) -> None:
+        self.env = self.timed("create", lambda: self.sub.create(self.run_id))
+        self.timed(
+            "orchestration",
+            lambda: self.sub.wait_running(
+                self.env, min(self.opt.running_timeout_s, self.remaining())
+            ),
+        )
+        self.phases["ready"] = 0.0
+        self.ready()
+        for phase, actions in (("setup", self.workload.setup), ("actions", self.workload.actions)):
+            self.phases.setdefault(phase, 0.0)
+            for i, action in enumerate(actions):
+                _, problem = self.command(phase, i, action)
+                if problem:
+                    raise WorkloadFailed(f"{phase} {i} ({action.category}): {problem}")
+                if phase == "actions":
+                    self.n_done += 1
+        self.episode_end = self.now()
+
+    def cleanup(self) -> None:
+        if self.env is None:
+            return
+        try:
+            self.timed("cleanup", lambda: self.sub.destroy(self.env, self.opt.cleanup_timeout_s))
+            self.cleanup_ok = True
+        except SubstrateError as exc:
+            self.cleanup_ok = False
+            if self.error_class is None:
+                self.error_class, self.error_message = exc.error_class, str(exc)
+
+    def record(self, started_at: str, provenance: dict[str, Any]) -> RolloutRecord:
+        end = self.now()
+        wall = end - self.t0
+        # The action rows' phase name is singular; the run's phase column is "actions".
+        for row in self.actions:
+            row["phase"] = "action" if row["phase"] == "actions" else row["phase"]
+        ttfc = None
+        if all(p in self.phases for p in ("create", "orchestration", "ready")) and any(
+            r["phase"] == "ready" and r.get("ok") for r in self.actions
+        ):
+            ttfc = self.phases["create"] + self.phases["orchestration"] + self.phases["ready"]
+        milestones = []
+        if self.env is not None:
+            milestones = [{"name": m.name, "t_s": m.t - self.t0} for m in self.env.milestones]
+        describe = provenance.get("substrate", {})
+        run = {
+            "run_id": self.run_id,
+            "started_at": started_at,
+            "ended_at": _utcnow(),
+            "substrate": self.sub.name,
+            "kind": self.sub.kind,
+            "mode": getattr(self.sub, "mode", "exec"),
+            "tier": self.workload.tier,
+            "steps": self.workload.steps,
+            "seed": self.workload.seed,
+            "fidelity": self.sub.fidelity,
+            "status": "ok" if self.error_class is None else "failed",
+            "error_class": self.error_class,
+            "error_message": (self.error_message or "")[:1000] or None,
+            **{f"{p}_s": self.phases.get(p) for p in PHASES},
+            "overhead_s": wall - sum(self.phases.values()),
+            "wall_s": wall,
+            "time_to_first_command_s": ttfc,
+            "episode_s": None if self.episode_end is None else self.episode_end - self.t0,
+            "n_actions": len(self.workload.actions),
+            "n_actions_done": self.n_done,
+            "cleanup_ok": None if self.cleanup_ok is None else int(self.cleanup_ok),
+            "milestones": json.dumps(milestones),
+            "host": provenance["host"],
+            "rtax_version": provenance["rtax_version"],
+            "endpoint": describe.get("endpoint"),
+            "provenance": json.dumps(provenance, sort_keys=True, default=str),
+        }
+        return RolloutRecord(run=run, actions=self.actions)
+
+
+def provenance_of(substrate: Substrate) -> dict[str, Any]:
+    """What produced a sample: host, versions, and the substrate's own description."""
+    return {
+        "host": socket.gethostname(),
+        "rtax_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "libraries": library_versions(),
+        "substrate": substrate.describe(),
+    }
+
+
+def run_rollout(
+    substrate: Substrate,
+    workload: Workload,
+    *,
+    run_id: str | None = None,
+    options: ProbeOptions | None = None,
+    now: Callable[[], float] = clock,
+    provenance: dict[str, Any] | None = None,
+) -> RolloutRecord:
+    """Run one rollout and return its record; never raises for a substrate or workload failure.
+
+    KeyboardInterrupt and SystemExit still propagate (after cleanup), so an interrupted rollout
+    leaves no row at all. `now` is injectable for tests; it must be the clock that substrates
+    mark milestones with.
+    """
+    provenance = provenance if provenance is not None else provenance_of(substrate)
+    started_at = _utcnow()
+    state = _Rollout(
+        substrate, workload, run_id or uuid.uuid4().hex, options or ProbeOptions(), now
+    )
+    try:
+        state.body()
+    except (SubstrateError, WorkloadFailed) as exc:
+        state.error_class, state.error_message = exc.error_class, str(exc)
+    except Exception as exc:  # a bug or an unexpected client error: keep the row, say what
+        state.error_class = "internal_error"
+        state.error_message = f"{type(exc).__name__}: {exc}"
+    except BaseException:
+        state.cleanup()
+        raise
+    state.cleanup()
+    return state.record(started_at, provenance)

@@ -1,0 +1,176 @@
+"""Statistics over raw samples: pure functions of DataFrames and numbers, nothing else.
+
+Why pure (README.md#statistics): the CLI, the dashboard and the tests must compute the same figure
+from the same samples, and tests feed these functions hand-made numbers. Rules kept here:
+
+- percentiles come from raw samples and always travel with their ``n``;
+- failed rollouts never enter latency statistics; the success rate stands beside every figure;
+- percentiles of phases do not add up, so stacked decompositions use means (`phase_means`).
+
+Percentiles use linear interpolation between closest ranks (numpy's default, Hyndman & Fan type 7).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+QUANTILES = (50, 95, 99)
+PHASE_COLUMNS = (
+    "create_s",
+    "orchestration_s",
+    "ready_s",
+    "setup_s",
+    "actions_s",
+    "cleanup_s",
+    "overhead_s",
+)
+#: Derived per-run metrics shown beside the phases.
+METRIC_COLUMNS = ("time_to_first_command_s", "episode_s", "wall_s")
+DEFAULT_GROUP = ("substrate", "tier", "steps")
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The q-th percentile (0..100) of the finite values; NaN when there are none."""
+    arr = _finite(values)
+    if arr.size == 0:
+        return math.nan
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be within 0..100, got {q}")
+    return float(np.percentile(arr, q))
+
+
+def summarize(values: Iterable[float], quantiles: Sequence[float] = QUANTILES) -> dict[str, float]:
+    """n, mean and the requested percentiles of the finite values."""
+    arr = _finite(values)
+    out: dict[str, float] = {
+        "n": int(arr.size),
+        "mean": float(arr.mean()) if arr.size else math.nan,
+    }
+    for q in quantiles:
+        out[f"p{q:g}"] = float(np.percentile(arr, q)) if arr.size else math.nan
+    return out
+
+
+def _finite(values: Iterable[float]) -> np.ndarray:
+    arr = np.asarray(
+        list(values) if not isinstance(values, (np.ndarray, pd.Series)) else values, dtype=float
+    )
+    return arr[np.isfinite(arr)]
+
+
+def successful(runs: pd.DataFrame) -> pd.DataFrame:
+    """Only the runs that may enter latency statistics."""
+    return runs[runs["status"] == "ok"]
+
+
+def latency_table(
+    runs: pd.DataFrame,
+    metric: str,
+    by: Sequence[str] = DEFAULT_GROUP,
+    quantiles: Sequence[float] = QUANTILES,
+) -> pd.DataFrame:
+    """Per group: runs, n (successful samples of `metric`), success rate, mean, percentiles."""
+    columns = [*by, "runs", "n", "success_rate", "mean", *(f"p{q:g}" for q in quantiles)]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for key, group in runs.groupby(list(by), sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        ok = successful(group)
+        row = dict(zip(by, key, strict=True))
+        row.update(runs=len(group), success_rate=len(ok) / len(group))
+        row.update(summarize(ok[metric], quantiles))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def phase_summary(runs: pd.DataFrame, quantiles: Sequence[float] = (50, 95)) -> pd.DataFrame:
+    """One row per phase and derived metric over successful runs: n, mean, percentiles.
+
+    `success_rate` is the share of all runs given, repeated on every row so it is never far
+    from a latency figure.
+    """
+    total = len(runs)
+    ok = successful(runs) if total else runs
+    rate = len(ok) / total if total else math.nan
+    rows = []
+    for column in (*PHASE_COLUMNS, *METRIC_COLUMNS):
+        values = ok.get(column, [])
+        rows.append(
+            {
+                "phase": column.removesuffix("_s"),
+                **summarize(values, quantiles),
+                "success_rate": rate,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def phase_means(runs: pd.DataFrame, by: Sequence[str] = DEFAULT_GROUP) -> pd.DataFrame:
+    """Mean seconds of each phase per group over successful runs, with n. Means add up;
+    percentiles don't, which is why stacked bars use this."""
+    ok = successful(runs)
+    columns = [*by, "n", *PHASE_COLUMNS]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = ok.groupby(list(by), sort=True, dropna=False)
+    means = grouped[list(PHASE_COLUMNS)].mean().reset_index()
+    means.insert(len(by), "n", grouped.size().to_numpy())
+    return means[columns]
+
+
+def amortized_per_action(runs: pd.DataFrame) -> pd.Series:
+    """Trajectory time divided by its number of actions, per successful run."""
+    ok = successful(runs)
+    ok = ok[ok["n_actions"] > 0]
+    return ok["episode_s"] / ok["n_actions"]
+
+
+@dataclass(frozen=True)
+class TrajectoryFit:
+    """T(S) = fixed_s + S * per_action_s, fitted by least squares on successful trajectories."""
+
+    fixed_s: float
+    per_action_s: float
+    n: int
+    r2: float
+    steps: tuple[int, ...]
+
+    def predict(self, steps: float) -> float:
+        return self.fixed_s + steps * self.per_action_s
+
+
+def fit_trajectory(steps: Sequence[float], times: Sequence[float]) -> TrajectoryFit | None:
+    """Least-squares line through (steps, time); None unless two distinct step counts exist."""
+    x = np.asarray(steps, dtype=float)
+    y = np.asarray(times, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if np.unique(x).size < 2:
+        return None
+    per_action, fixed = np.polyfit(x, y, 1)
+    residual = y - (fixed + per_action * x)
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((residual**2).sum()) / total if total > 0 else 1.0
+    return TrajectoryFit(
+        float(fixed),
+        float(per_action),
+        int(x.size),
+        r2,
+        tuple(sorted(int(s) for s in np.unique(x))),
+    )
+
+
+def trajectory_fits(runs: pd.DataFrame, by: str = "substrate") -> dict[str, TrajectoryFit | None]:
+    """A fit per substrate over its successful trajectory runs (steps > 0), on episode time."""
+    ok = successful(runs)
+    ok = ok[ok["steps"] > 0]
+    return {
+        name: fit_trajectory(group["steps"], group["episode_s"])
+        for name, group in ok.groupby(by, sort=True)
+    }

@@ -1,0 +1,43 @@
+"""Registry of substrate kinds by name, imported lazily.
+
+Why lazy: `kubernetes`, `boto3` or `daytona` are slow to import and irrelevant to someone who only
+probes `local`; a kind's module is imported the first time that kind is asked for (the fsspec
+habit, README.md#substrates). Adding a substrate touches its own module and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rtax.substrates.base import Substrate
+
+#: kind -> "module:Class"
+REGISTRY: dict[str, str] = {
+    "local": "rtax.substrates.local:LocalSubstrate",
+}
+
+
+class UnknownSubstrate(ValueError):
+    """The kind is not in the registry."""
+
+
+def kinds() -> list[str]:
+    """Registered substrate kinds, sorted."""
+    return sorted(REGISTRY)
+
+
+def substrate_class(kind: str) -> type:
+    """Import and return the class registered for `kind`."""
+    try:
+        target = REGISTRY[kind]
+    except KeyError:
+        known = ", ".join(kinds())
+        raise UnknownSubstrate(f"unknown substrate kind {kind!r} (known: {known})") from None
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def get_substrate(kind: str, name: str | None = None, **params: Any) -> Substrate:
+    """Build a substrate of `kind`, configured by `params`, named `name` (default: the kind)."""
+    return substrate_class(kind)(name=name or kind, **params)

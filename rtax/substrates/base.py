@@ -1,0 +1,153 @@
+"""The substrate protocol: one environment's life, with one meaning for every kind of substrate.
+
+Why a protocol and nothing more: the probe runner (`rtax.probe`) times each step of this life and
+must never know which substrate it is timing, so that "create" or "ready" means the same thing for
+a directory, a container, a pod or a VM (README.md#measurement-model). A substrate never touches
+the store and never times its own phases; it only does the work and may mark native milestones.
+
+Life of one environment::
+
+    env = sub.create(run_id)             # request sent -> the API accepted and returned
+    sub.wait_running(env, timeout_s)     # accepted -> the substrate reports it running
+    sub.run(env, "true", timeout_s)      # commands; the first successful one is "ready"
+    sub.destroy(env, timeout_s)          # delete, then verify that it is gone
+    sub.leftovers()                      # environments carrying the rtax label, found by label
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+#: The one clock for durations and milestones: monotonic, high resolution. Wall-clock time is used
+#: only for UTC timestamps, never for durations.
+clock = time.perf_counter
+
+#: How trustworthy a sample is (README.md#fidelity).
+FIDELITIES = ("real", "emulated", "modelled")
+
+#: The label every rtax-made environment carries, so that leftovers can be found after a crash.
+LABEL = "rtax"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command returned. `latency_s` is the substrate's own timing of its call."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Milestone:
+    """A substrate-native event (pod scheduled, container started, ...) on the `clock` timeline."""
+
+    name: str
+    t: float
+
+
+@dataclass
+class Environment:
+    """A handle on one live environment. `handle` is private to the substrate that made it."""
+
+    env_id: str
+    run_id: str
+    handle: Any = None
+    milestones: list[Milestone] = field(default_factory=list)
+
+    def mark(self, name: str) -> None:
+        """Record a native milestone now; it explains phases, it never replaces them."""
+        self.milestones.append(Milestone(name, clock()))
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """An environment that carries the rtax label and still exists."""
+
+    env_id: str
+    run_id: str | None
+    created_at: str | None
+    detail: str = ""
+
+
+class SubstrateError(Exception):
+    """A failure of the substrate; `error_class` is what the run row records."""
+
+    error_class = "substrate_error"
+
+
+class CreateFailed(SubstrateError):
+    error_class = "create_failed"
+
+
+class CreateTimeout(SubstrateError):
+    error_class = "create_timeout"
+
+
+class ReadyTimeout(SubstrateError):
+    error_class = "ready_timeout"
+
+
+class RateLimited(SubstrateError):
+    error_class = "rate_limited"
+
+
+class ExecError(SubstrateError):
+    """The command could not be run at all (a non-zero exit code is not an ExecError)."""
+
+    error_class = "exec_error"
+
+
+class CommandTimeout(SubstrateError):
+    """The command ran past its timeout and was killed."""
+
+    error_class = "action_timeout"
+
+
+class EnvironmentLost(SubstrateError):
+    """The environment disappeared under the rollout (killed from outside, deleted, evicted)."""
+
+    error_class = "environment_lost"
+
+
+class CleanupFailed(SubstrateError):
+    error_class = "cleanup_failed"
+
+
+@runtime_checkable
+class Substrate(Protocol):
+    """What the probe runner needs from a substrate; nothing else is ever called."""
+
+    #: the configured name (e.g. "docker-gvisor"); several names may share one kind
+    name: str
+    #: the registry key of the implementation (e.g. "docker")
+    kind: str
+    #: "real", "emulated" or "modelled"
+    fidelity: str
+
+    def create(self, run_id: str) -> Environment:
+        """Ask for a new environment labelled with `LABEL` and `run_id`; return once accepted."""
+        ...
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        """Return once the substrate reports the environment running."""
+        ...
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        """Run one shell command; on timeout kill it and raise `CommandTimeout`."""
+        ...
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        """Delete the environment and verify that it is gone, else raise `CleanupFailed`."""
+        ...
+
+    def leftovers(self) -> list[Leftover]:
+        """Every environment of this substrate that carries the rtax label."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance: endpoint, image, runtime, parameters, client library versions."""
+        ...

@@ -1,0 +1,176 @@
+"""The `local` substrate: a fresh working directory per rollout, commands through a shell.
+
+Why it exists: it is the embedded default (no engine, no account) and the floor that every other
+substrate is compared to: whatever a container or a VM adds on top of "a directory and a shell"
+is that substrate's tax. Phases (README.md#measurement-model): create = copy the preloaded template
+into a new directory; orchestration = nothing to wait for; ready = the first `true`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rtax import paths
+from rtax.substrates.base import (
+    LABEL,
+    CleanupFailed,
+    CommandResult,
+    CommandTimeout,
+    CreateFailed,
+    Environment,
+    EnvironmentLost,
+    ExecError,
+    Leftover,
+    clock,
+)
+
+#: The label file written into every environment; its presence is what marks a leftover.
+LABEL_FILE = ".rtax-env.json"
+
+
+class LocalSubstrate:
+    """Environments are directories under `root`, each a copy of `template`."""
+
+    kind = "local"
+    fidelity = "real"
+
+    def __init__(
+        self,
+        name: str = "local",
+        root: str | os.PathLike[str] | None = None,
+        template: str | os.PathLike[str] | None = None,
+        shell: str = "/bin/sh",
+    ) -> None:
+        self.name = name
+        self.root = Path(root) if root else paths.local_envs_dir()
+        self.template = Path(template) if template else paths.fixtures_dir() / "template"
+        self.shell = shell
+        self._env = self._command_env()
+
+    @staticmethod
+    def _command_env() -> dict[str, str]:
+        """The environment commands see: this Python's bin first, so `python3` has pytest."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.setdefault("LC_ALL", "C.UTF-8")
+        return env
+
+    def create(self, run_id: str) -> Environment:
+        workdir = self.root / f"rtax-{run_id}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if self.template.is_dir():
+                shutil.copytree(self.template, workdir, symlinks=True)
+            else:
+                workdir.mkdir()
+            label = {
+                "label": LABEL,
+                "run_id": run_id,
+                "created_at": datetime.now(UTC).isoformat(),
+                "pid": os.getpid(),
+            }
+            (workdir / LABEL_FILE).write_text(json.dumps(label))
+        except OSError as exc:
+            raise CreateFailed(f"cannot make {workdir}: {exc}") from exc
+        env = Environment(env_id=str(workdir), run_id=run_id, handle=workdir)
+        env.mark("created")
+        return env
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        # A directory is "running" as soon as it exists; checking keeps the phase honest.
+        if not Path(env.handle).is_dir():
+            raise EnvironmentLost(f"{env.env_id} does not exist")
+        env.mark("running")
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        t0 = clock()
+        try:
+            proc = subprocess.Popen(
+                [self.shell, "-c", command],
+                cwd=env.handle,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group, so a timeout kills all of it
+            )
+        except FileNotFoundError as exc:
+            if not Path(env.handle).is_dir():
+                raise EnvironmentLost(f"{env.env_id} is gone") from exc
+            raise ExecError(str(exc)) from exc
+        except OSError as exc:
+            raise ExecError(str(exc)) from exc
+        try:
+            out, err = proc.communicate(timeout=max(timeout_s, 0.0))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.communicate()
+            raise CommandTimeout(
+                f"killed after {timeout_s:.3g} s (process group {proc.pid})"
+            ) from None
+        latency = clock() - t0
+        return CommandResult(
+            exit_code=proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            latency_s=latency,
+        )
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        workdir = Path(env.handle)
+        try:
+            shutil.rmtree(workdir)
+        except FileNotFoundError:
+            pass  # already gone: verified below
+        except OSError as exc:
+            raise CleanupFailed(f"cannot remove {workdir}: {exc}") from exc
+        if workdir.exists():
+            raise CleanupFailed(f"{workdir} still exists after removal")
+        env.mark("removed")
+
+    def leftovers(self) -> list[Leftover]:
+        found: list[Leftover] = []
+        if not self.root.is_dir():
+            return found
+        for child in sorted(self.root.iterdir()):
+            label_path = child / LABEL_FILE
+            try:
+                label = json.loads(label_path.read_text())
+            except (OSError, ValueError):
+                continue  # not ours, or being removed right now
+            found.append(
+                Leftover(
+                    env_id=str(child),
+                    run_id=label.get("run_id"),
+                    created_at=label.get("created_at"),
+                    detail=f"pid {label.get('pid')}",
+                )
+            )
+        return found
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "endpoint": f"local://{socket.gethostname()}",
+            "root": str(self.root),
+            "template": str(self.template),
+            "shell": self.shell,
+            "python": sys.executable,
+        }
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL a whole process group; it may already be gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,1 @@
+"""Standalone tools copied into every environment (they import nothing of rtax)."""

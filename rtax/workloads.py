@@ -1,0 +1,276 @@
+"""Workloads: the commands a rollout runs, tier by tier, the same on every substrate.
+
+Why commands are plain shell strings run from the environment's root: every substrate can run a
+shell command, so one workload definition measures all of them with the same work
+(README.md#workloads). The environment's root holds the preloaded ``attrs/`` checkout and
+``tools/astsearch.py`` (from the fixture's template); T2 clones into ``repo/``.
+
+- **T0** start-up cost only: ``echo ok``.
+- **T1** code inspection in the preloaded checkout: an AST search, a grep, reading part of a file.
+- **T2** setup = clone the fixture at the buggy commit; then inspect, run the failing test (it must
+  fail), ``git apply`` the fix, run it again (it must pass).
+- **Trajectories** (T2 with ``steps=S``): the T2 setup, then S actions drawn deterministically from
+  a seed over a fixed mix: 40% inspection, 30% command execution, 20% reversible edits, 10% tests.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+from dataclasses import dataclass, field
+
+TIERS = ("T0", "T1", "T2")
+STANDARD_STEPS = (10, 50, 150)
+
+#: The fixed mix of a trajectory, as (category, share); shares add up to 1.
+MIX = (("inspect", 0.4), ("exec", 0.3), ("edit", 0.2), ("test", 0.1))
+
+#: Files that inspection and edits touch (all present in attrs 25.x).
+_SOURCES = (
+    "_make.py",
+    "_funcs.py",
+    "validators.py",
+    "converters.py",
+    "filters.py",
+    "setters.py",
+    "_cmp.py",
+    "exceptions.py",
+)
+_SYMBOLS = (
+    "evolve",
+    "asdict",
+    "Attribute",
+    "_MaxLengthValidator",
+    "instance_of",
+    "fields",
+    "Factory",
+    "NOTHING",
+    "optional",
+    "pipe",
+)
+#: Each pattern occurs in every file of _SOURCES, so a grep that finds nothing is a real failure.
+_GREP_PATTERNS = ("def ", "return ", "import ")
+#: Fast, single attrs tests that pass at both the pristine and the buggy commit.
+FAST_TESTS = (
+    "tests/test_validators.py::TestInstanceOf::test_success",
+    "tests/test_converters.py::TestOptional::test_success_with_type",
+    "tests/test_funcs.py::TestEvolve::test_empty",
+    "tests/test_validators.py::TestIn_::test_success_with_value",
+    "tests/test_converters.py::TestToBool::test_unhashable",
+    "tests/test_funcs.py::TestAssoc::test_empty",
+    "tests/test_dunders.py::TestAddHash::test_enforces_type",
+)
+
+
+class WorkloadError(ValueError):
+    """A workload was asked for with parameters that make no sense."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One command and what counts as its success.
+
+    `expect_exit` None accepts any exit code; `expect_stdout` is a substring that must appear.
+    A mismatch fails the rollout as ``workload_failed``: it proves the command did not really do
+    its work, which a latency figure must never hide.
+    """
+
+    category: str
+    command: str
+    expect_exit: int | None = 0
+    expect_stdout: str | None = None
+    timeout_s: float = 120.0
+
+    def check(self, exit_code: int, stdout: str) -> str | None:
+        """None if the result is what was expected, else a one-line reason."""
+        if self.expect_exit is not None and exit_code != self.expect_exit:
+            return f"exit code {exit_code}, expected {self.expect_exit}"
+        if self.expect_stdout is not None and self.expect_stdout not in stdout:
+            return f"output lacks {self.expect_stdout!r}"
+        return None
+
+
+@dataclass(frozen=True)
+class RepoSource:
+    """Where T2 clones from and what it fixes; defaults come from the built fixture.
+
+    Configurable so that a user with internet can point T2 at the upstream attrs repository
+    (with their own commit, fix patch and failing test).
+    """
+
+    url: str
+    commit: str
+    fix_patch: str
+    failing_test: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    tier: str
+    steps: int  # 0: the tier's fixed script; S > 0: a trajectory of S actions
+    seed: int
+    setup: tuple[Action, ...] = ()
+    actions: tuple[Action, ...] = field(default_factory=tuple)
+
+
+def _test_cmd(node: str) -> str:
+    """Run one attrs test in repo/ against its own sources (not an installed attrs)."""
+    return f"cd repo && PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider {shlex.quote(node)}"
+
+
+def _clone(source: RepoSource) -> Action:
+    url, commit = shlex.quote(source.url), shlex.quote(source.commit)
+    return Action(
+        "setup",
+        f"git clone --quiet --no-checkout {url} repo && git -C repo checkout --quiet {commit}",
+        timeout_s=300.0,
+    )
+
+
+def _apply(patch: str) -> str:
+    marker = "RTAX_PATCH_EOF"
+    if marker in patch:
+        raise WorkloadError("the fix patch contains the heredoc marker")
+    return f"git -C repo apply --whitespace=nowarn - <<'{marker}'\n{patch}{marker}"
+
+
+def validate(tier: str, steps: int) -> None:
+    """Raise `WorkloadError` unless `tier` and `steps` make a workload."""
+    if tier not in TIERS:
+        raise WorkloadError(f"unknown tier {tier!r} (choose from {', '.join(TIERS)})")
+    if steps < 0:
+        raise WorkloadError(f"steps must be >= 0, got {steps}")
+    if steps and tier != "T2":
+        raise WorkloadError("trajectories (--steps) run on the T2 setup: use --tier T2")
+
+
+def build(
+    tier: str, *, steps: int = 0, seed: int = 0, source: RepoSource | None = None
+) -> Workload:
+    """The workload for `tier` (and `steps` for a trajectory); pure and deterministic."""
+    validate(tier, steps)
+    if tier == "T0":
+        return Workload("T0", 0, seed, actions=(Action("exec", "echo ok", expect_stdout="ok"),))
+    if tier == "T1":
+        return Workload(
+            "T1",
+            0,
+            seed,
+            actions=(
+                Action(
+                    "inspect",
+                    "python3 tools/astsearch.py attrs/src evolve",
+                    expect_stdout="def evolve",
+                ),
+                Action("inspect", "grep -rn 'def asdict' attrs/src", expect_stdout="def asdict"),
+                Action("inspect", "sed -n '1,80p' attrs/src/attr/_make.py", expect_stdout="import"),
+            ),
+        )
+    if source is None:
+        raise WorkloadError("T2 needs a repository source (build the fixture: rtax fixtures)")
+    setup = (_clone(source),)
+    if steps:
+        return Workload("T2", steps, seed, setup=setup, actions=trajectory(steps, seed))
+    return Workload(
+        "T2",
+        0,
+        seed,
+        setup=setup,
+        actions=(
+            Action(
+                "inspect",
+                "python3 tools/astsearch.py repo/src _MaxLengthValidator",
+                expect_stdout="def _MaxLengthValidator",
+            ),
+            Action(
+                "inspect",
+                "grep -n 'max_length' repo/src/attr/validators.py",
+                expect_stdout="max_length",
+            ),
+            Action("test", _test_cmd(source.failing_test), expect_exit=1),
+            Action("edit", _apply(source.fix_patch)),
+            Action("test", _test_cmd(source.failing_test), expect_exit=0, expect_stdout="passed"),
+        ),
+    )
+
+
+def mix_counts(steps: int) -> dict[str, int]:
+    """How many actions of each category a trajectory of `steps` has (largest remainder)."""
+    raw = {cat: share * steps for cat, share in MIX}
+    counts = {cat: int(v) for cat, v in raw.items()}
+    by_remainder = sorted(MIX, key=lambda m: (raw[m[0]] - counts[m[0]], m[1]), reverse=True)
+    for cat, _ in by_remainder[: steps - sum(counts.values())]:
+        counts[cat] += 1
+    return counts
+
+
+def trajectory(steps: int, seed: int) -> tuple[Action, ...]:
+    """S actions over the fixed mix, shuffled by `seed`: same seed, same actions, anywhere.
+
+    Edits are reversible: an edit puts a marker comment at the top of a source file, and the next
+    edit reverts it with ``git checkout``, so the tree stays valid for the tests in between.
+    """
+    rng = random.Random(seed)
+    order = [cat for cat, n in mix_counts(steps).items() for _ in range(n)]
+    rng.shuffle(order)
+    pending_edit: str | None = None
+    actions: list[Action] = []
+    for i, cat in enumerate(order):
+        if cat == "inspect":
+            actions.append(_inspect(rng))
+        elif cat == "exec":
+            actions.append(_exec(rng))
+        elif cat == "edit":
+            if pending_edit is None:
+                pending_edit = f"src/attr/{rng.choice(_SOURCES)}"
+                actions.append(Action("edit", f"sed -i '1i # rtax edit {i}' repo/{pending_edit}"))
+            else:
+                actions.append(Action("edit", f"git -C repo checkout --quiet -- {pending_edit}"))
+                pending_edit = None
+        else:
+            actions.append(
+                Action("test", _test_cmd(rng.choice(FAST_TESTS)), expect_stdout="1 passed")
+            )
+    return tuple(actions)
+
+
+def _inspect(rng: random.Random) -> Action:
+    kind = rng.randrange(5)
+    src = rng.choice(_SOURCES)
+    if kind == 0:
+        return Action("inspect", "ls -la repo/src/attr", expect_stdout=src)
+    if kind == 1:
+        start = rng.randrange(1, 200)
+        return Action("inspect", f"sed -n '{start},{start + 40}p' repo/src/attr/{src}")
+    if kind == 2:
+        pattern = rng.choice(_GREP_PATTERNS)
+        return Action("inspect", f"grep -rn {shlex.quote(pattern)} repo/src/attr/{src}")
+    if kind == 3:
+        return Action(
+            "inspect",
+            f"find repo -name {shlex.quote(src)} -not -path '*/.git/*'",
+            expect_stdout=src,
+        )
+    symbol = rng.choice(_SYMBOLS)
+    return Action("inspect", f"python3 tools/astsearch.py repo/src {symbol}", expect_stdout=symbol)
+
+
+def _exec(rng: random.Random) -> Action:
+    kind = rng.randrange(5)
+    if kind == 0:
+        src = rng.choice(_SOURCES)
+        return Action(
+            "exec",
+            'python3 -c "import ast; '
+            f"print(len(ast.parse(open('repo/src/attr/{src}').read()).body))\"",
+        )
+    if kind == 1:
+        n = rng.randrange(100, 10_000)
+        return Action(
+            "exec", f"python3 -c 'print(sum(range({n})))'", expect_stdout=str(sum(range(n)))
+        )
+    if kind == 2:
+        return Action("exec", "git -C repo status --short")
+    if kind == 3:
+        return Action("exec", "git -C repo log --oneline -n 5")
+    return Action("exec", "git -C repo diff --stat")
