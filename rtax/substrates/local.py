@@ -55,10 +55,10 @@ class LocalSubstrate:
         self.root = Path(root) if root else paths.local_envs_dir()
         self.template = Path(template) if template else paths.fixtures_dir() / "template"
         self.shell = shell
-        self._env = self._command_env()
+        self._env = self.command_env()
 
     @staticmethod
-    def _command_env() -> dict[str, str]:
+    def command_env() -> dict[str, str]:
         """The environment commands see: this Python's bin first, so `python3` has pytest."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -119,6 +119,10 @@ class LocalSubstrate:
             raise CommandTimeout(
                 f"killed after {timeout_s:.3g} s (process group {proc.pid})"
             ) from None
+        except BaseException:
+            _kill_group(proc.pid)  # interrupted (Ctrl-C): never leave the command running
+            proc.communicate()
+            raise
         latency = clock() - t0
         return CommandResult(
             exit_code=proc.returncode,

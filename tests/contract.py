@@ -1,0 +1,146 @@
+"""The substrate contract: the tests every substrate passes, through the probe runner.
+
+A substrate's test module subclasses `SubstrateContract` and provides two fixtures:
+``substrate`` (a ready-to-use instance) and ``repo_source`` (where T2 clones from, reachable
+from inside that substrate's environments). Everything here goes through `run_rollout`, the one
+path that produces samples, and checks the measurement model (README.md#measurement-model).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rtax import workloads
+from rtax.probe import PHASES, ProbeOptions, RolloutRecord, run_rollout
+from rtax.store import Store
+from rtax.substrates.base import Substrate
+from rtax.workloads import Action, RepoSource, Workload
+
+
+def assert_phases_add_up(record: RolloutRecord) -> None:
+    """Phases are consecutive and exclusive: their sum is the wall time, up to the harness's
+    own cost (overhead), which must stay within 1 ms + 1% of the wall time."""
+    run = record.run
+    phases = [run[f"{p}_s"] for p in PHASES if run[f"{p}_s"] is not None]
+    assert all(p >= 0 for p in phases)
+    assert run["overhead_s"] >= 0
+    assert run["overhead_s"] <= 0.001 + 0.01 * run["wall_s"], run
+    assert sum(phases) + run["overhead_s"] == pytest.approx(run["wall_s"], abs=1e-9)
+    action_rows = [a for a in record.actions if a["phase"] == "action"]
+    assert sum(a["latency_s"] for a in action_rows) == pytest.approx(run["actions_s"], abs=1e-9)
+    if run["status"] == "ok":
+        ttfc = run["create_s"] + run["orchestration_s"] + run["ready_s"]
+        assert run["time_to_first_command_s"] == pytest.approx(ttfc)
+        assert run["time_to_first_command_s"] <= run["episode_s"] <= run["wall_s"]
+
+
+def assert_clean(substrate: Substrate, record: RolloutRecord) -> None:
+    assert record.run["cleanup_ok"] == 1
+    assert record.run["cleanup_s"] is not None
+    assert [lo for lo in substrate.leftovers() if lo.run_id == record.run["run_id"]] == []
+
+
+class SubstrateContract:
+    """Subclass and provide the `substrate` and `repo_source` fixtures."""
+
+    def rollout(self, substrate: Substrate, workload: Workload, **kw) -> RolloutRecord:
+        record = run_rollout(substrate, workload, options=ProbeOptions(**kw))
+        assert_phases_add_up(record)
+        assert_clean(substrate, record)
+        return record
+
+    def test_t0(self, substrate: Substrate, store: Store) -> None:
+        record = self.rollout(substrate, workloads.build("T0"))
+        assert record.ok, record.run
+        assert record.run["fidelity"] == substrate.fidelity
+        assert [a["phase"] for a in record.actions] == ["ready", "action"]
+        store.save_rollout(record)
+        assert store.count("runs") == 1 and store.count("actions") == 2
+
+    def test_t1(self, substrate: Substrate) -> None:
+        record = self.rollout(substrate, workloads.build("T1"))
+        assert record.ok, record.run
+        assert [a["category"] for a in record.actions if a["phase"] == "action"] == [
+            "inspect",
+            "inspect",
+            "inspect",
+        ]
+
+    def test_t2_patch_turns_failing_test_into_passing(
+        self, substrate: Substrate, repo_source: RepoSource
+    ) -> None:
+        record = self.rollout(substrate, workloads.build("T2", source=repo_source))
+        assert record.ok, record.run
+        tests = [a for a in record.actions if a["category"] == "test"]
+        assert [t["exit_code"] for t in tests] == [1, 0]
+        assert record.run["setup_s"] > 0
+
+    def test_t2_with_unchanged_test_is_workload_failed(
+        self, substrate: Substrate, repo_source: RepoSource
+    ) -> None:
+        # A "fix" that changes nothing: the test keeps failing, so the rollout must fail.
+        empty = RepoSource(
+            repo_source.url,
+            repo_source.commit,
+            "diff --git a/x b/x\nnew file mode 100644\n--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+x\n",
+            repo_source.failing_test,
+        )
+        record = self.rollout(substrate, workloads.build("T2", source=empty))
+        assert record.run["status"] == "failed"
+        assert record.run["error_class"] == "workload_failed"
+        assert record.run["episode_s"] is None
+
+    def test_trajectory_of_10_stored_one_by_one(
+        self, substrate: Substrate, repo_source: RepoSource, store: Store
+    ) -> None:
+        workload = workloads.build("T2", steps=10, seed=3, source=repo_source)
+        record = self.rollout(substrate, workload)
+        assert record.ok, record.run
+        store.save_rollout(record)
+        actions = store.actions(run_id=record.run["run_id"], phase="action")
+        assert len(actions) == 10 == record.run["n_actions_done"]
+        assert list(actions["command"]) == [a.command for a in workload.actions]
+        assert (actions["latency_s"] > 0).all()
+
+    def test_hung_command_is_killed_at_its_timeout(self, substrate: Substrate) -> None:
+        hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.5),))
+        record = self.rollout(substrate, hang)
+        assert record.run["status"] == "failed"
+        assert record.run["error_class"] == "action_timeout"
+        latency = record.actions[-1]["latency_s"]
+        assert 0.5 <= latency < 10
+
+    def test_failed_action_still_cleans_up(self, substrate: Substrate) -> None:
+        failing = Workload(
+            "T0", 0, 0, actions=(Action("exec", "exit 3"), Action("exec", "echo never"))
+        )
+        record = self.rollout(substrate, failing)
+        assert record.run["error_class"] == "workload_failed"
+        assert record.actions[-1]["exit_code"] == 3
+        assert record.run["n_actions_done"] == 0
+        assert len([a for a in record.actions if a["phase"] == "action"]) == 1
+
+    def test_leftovers_carry_the_label(self, substrate: Substrate) -> None:
+        env = substrate.create("contract-leftover")
+        try:
+            substrate.wait_running(env, 60)
+            found = [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"]
+            assert len(found) == 1
+        finally:
+            substrate.destroy(env, 60)
+        assert [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"] == []
+
+    def test_commands_report_exit_code_and_streams(self, substrate: Substrate) -> None:
+        env = substrate.create("contract-streams")
+        try:
+            substrate.wait_running(env, 60)
+            result = substrate.run(env, "echo out; echo err >&2; exit 7", 30)
+            assert (result.exit_code, result.stdout, result.stderr) == (7, "out\n", "err\n")
+            assert result.latency_s > 0
+        finally:
+            substrate.destroy(env, 60)
+
+    def test_describe_is_provenance(self, substrate: Substrate) -> None:
+        described = substrate.describe()
+        assert described["kind"] == substrate.kind
+        assert described["endpoint"]

@@ -1,0 +1,166 @@
+"""The local substrate: the contract suite, plus what only a local process tree can show."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contract import SubstrateContract, assert_phases_add_up
+from rtax import workloads
+from rtax.fixtures import Fixture
+from rtax.probe import run_rollout
+from rtax.store import Store
+from rtax.substrates import get_substrate
+from rtax.substrates.base import CommandResult, Environment, Substrate
+from rtax.substrates.local import LocalSubstrate
+from rtax.workloads import Action, RepoSource, Workload
+
+
+class TestLocalContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self, local: LocalSubstrate) -> LocalSubstrate:
+        return local
+
+
+def _alive(marker: str) -> bool:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return out.returncode == 0
+
+
+def test_registry_builds_local(tmp_path: Path) -> None:
+    sub = get_substrate("local", root=tmp_path)
+    assert isinstance(sub, LocalSubstrate) and sub.name == "local" and sub.fidelity == "real"
+
+
+def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
+    marker = "31.4159"  # a sleep argument no other process uses
+    hang = Workload(
+        "T0",
+        0,
+        0,
+        actions=(Action("exec", f"sleep {marker} & sleep {marker}; wait", timeout_s=0.3),),
+    )
+    record = run_rollout(local, hang)
+    assert record.run["error_class"] == "action_timeout"
+    assert not _alive(f"sleep {marker}")
+
+
+def test_clone_by_path(local: LocalSubstrate, attrs_fixture: Fixture) -> None:
+    source = RepoSource(
+        str(attrs_fixture.bare_repo),
+        attrs_fixture.buggy_commit,
+        attrs_fixture.fix_patch,
+        attrs_fixture.failing_test,
+    )
+    record = run_rollout(local, workloads.build("T2", source=source))
+    assert record.ok, record.run
+    assert_phases_add_up(record)
+
+
+def test_same_seed_same_trajectory_end_to_end(
+    local: LocalSubstrate, repo_source: RepoSource, store: Store
+) -> None:
+    runs = []
+    for seed in (5, 5, 6):
+        record = run_rollout(local, workloads.build("T2", steps=10, seed=seed, source=repo_source))
+        assert record.ok, record.run
+        store.save_rollout(record)
+        runs.append(record.run["run_id"])
+    commands = [list(store.actions(run_id=r, phase="action")["command"]) for r in runs]
+    assert commands[0] == commands[1]
+    assert commands[0] != commands[2]
+
+
+class _InterruptAfter:
+    """Wraps a substrate and raises KeyboardInterrupt on the n-th command, like a Ctrl-C."""
+
+    def __init__(self, inner: Substrate, n: int) -> None:
+        self.inner, self.n, self.calls = inner, n, 0
+        self.name, self.kind, self.fidelity = inner.name, inner.kind, inner.fidelity
+
+    def __getattr__(self, attr: str):  # create, wait_running, destroy, leftovers, describe
+        return getattr(self.inner, attr)
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        self.calls += 1
+        if self.calls == self.n:
+            raise KeyboardInterrupt
+        return self.inner.run(env, command, timeout_s)
+
+
+def test_interrupted_rollout_is_cleaned_up_and_not_returned(
+    local: LocalSubstrate, repo_source: RepoSource
+) -> None:
+    wrapped = _InterruptAfter(local, n=6)
+    with pytest.raises(KeyboardInterrupt):
+        run_rollout(wrapped, workloads.build("T2", steps=10, source=repo_source))
+    assert local.leftovers() == []
+
+
+def _wait_for_runs(db: Path, n: int, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("SELECT count(*) FROM runs").fetchone()[0] >= n:
+                        return
+            except sqlite3.OperationalError:
+                pass  # schema not there yet
+        time.sleep(0.05)  # polling with a deadline
+    raise AssertionError(f"no {n} runs in {db} within {timeout_s} s")
+
+
+def _complete(db: Path) -> None:
+    """Every stored run has exactly the action rows it says it ran: no partial rollouts."""
+    with Store(db, create=False) as store:
+        runs = store.runs()
+        actions = store.actions(phase="action")
+    assert len(runs) >= 1
+    for run in runs.itertuples():
+        assert (actions["run_id"] == run.run_id).sum() == run.n_actions_done == run.n_actions
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_cli_killed_mid_rollout_leaves_no_partial_rows(
+    tmp_path: Path, attrs_fixture: Fixture, sig: signal.Signals
+) -> None:
+    db, envs = tmp_path / "x.db", tmp_path / "envs"
+    env = {**os.environ, "RTAX_LOCAL_ROOT": str(envs)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "rtax",
+        "probe",
+        "--tier",
+        "T2",
+        "--steps",
+        "10",
+        "--repeat",
+        "50",
+        "--db",
+        str(db),
+        "--quiet",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_runs(db, 1, proc, timeout_s=120)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _complete(db)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, err
+        assert b"interrupted" in err and b"Traceback" not in err
+        # the rollout in progress was cleaned up; SIGKILL leaves it for the reaper
+        assert LocalSubstrate(root=envs).leftovers() == []
