@@ -194,9 +194,9 @@ def _repo_source(args: argparse.Namespace, fixture: Fixture) -> Iterator[RepoSou
 
 def cmd_probe(args: argparse.Namespace) -> int:
     workloads.validate(args.tier, args.steps)  # before any slow work
-    store = _open_store(args.db, create=True)
     fixture = _ensure_fixture(args.quiet)
     substrate = get_substrate(args.substrate, template=fixture.template)
+    store = _open_store(args.db, create=True)
     options = ProbeOptions(deadline_s=args.deadline)
     records: list[RolloutRecord] = []
     with store, _repo_source(args, fixture) as source:

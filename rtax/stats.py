@@ -36,11 +36,11 @@ DEFAULT_GROUP = ("substrate", "tier", "steps")
 
 def percentile(values: Iterable[float], q: float) -> float:
     """The q-th percentile (0..100) of the finite values; NaN when there are none."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be within 0..100, got {q}")
     arr = _finite(values)
     if arr.size == 0:
         return math.nan
-    if not 0 <= q <= 100:
-        raise ValueError(f"q must be within 0..100, got {q}")
     return float(np.percentile(arr, q))
 
 

@@ -14,7 +14,8 @@ window in view, so nothing is pre-aggregated; a single file is what an embedded 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,15 @@ class Store:
             raise StoreError(
                 f"cannot open database {self.path}: folder {self.path.parent} does not exist"
             )
+        # Autocommit mode: transactions are explicit (`_transaction`), because Python's sqlite3
+        # opens none before DDL, and a half-applied migration must roll back.
+        if self.path.is_dir():
+            raise StoreError(f"cannot open database {self.path}: it is a folder")
         try:
-            conn = sqlite3.connect(str(self.path), timeout=30)
+            conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+        try:
             self.db = sqlite_utils.Database(conn)
             self.db.execute("PRAGMA foreign_keys = ON")
             if self.version > SCHEMA_VERSION:
@@ -121,7 +129,11 @@ class Store:
                 self.db.enable_wal()
             self.migrate()
         except sqlite3.DatabaseError as exc:
+            conn.close()
             raise StoreError(f"cannot use {self.path} as an rtax database: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
 
     @property
     def version(self) -> int:
@@ -133,11 +145,23 @@ class Store:
         for version, migration in MIGRATIONS:
             if version <= self.version:
                 continue
-            with self.db.conn:
+            with self._transaction():
                 migration(self.db)
                 self.db.execute(f"PRAGMA user_version = {int(version)}")
             applied.append(version)
         return applied
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (Ctrl-C included)."""
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def close(self) -> None:
         self.db.conn.close()
@@ -162,24 +186,27 @@ class Store:
             f"VALUES ({', '.join('?' for _ in act_cols)})"
         )
         run = {**record.run, "mode": record.run.get("mode") or "exec"}
-        with self.db.conn:
-            self.db.conn.execute(run_sql, [run.get(c) for c in run_cols])
-            self.db.conn.executemany(
-                act_sql, ([row.get(c) for c in act_cols] for row in record.actions)
-            )
+        try:
+            with self._transaction():
+                self.db.conn.execute(run_sql, [run.get(c) for c in run_cols])
+                self.db.conn.executemany(
+                    act_sql, ([row.get(c) for c in act_cols] for row in record.actions)
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot save run {run.get('run_id')}: {exc}") from exc
 
     # -- reading -------------------------------------------------------------------------------
 
     def runs(self, **filters: Any) -> pd.DataFrame:
         """Runs matching the filters (see `_where`), oldest first."""
-        where, params = _where(filters, prefix="")
+        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
         return self._frame(f"SELECT * FROM runs {where} ORDER BY started_at, run_id", params)
 
     def actions(self, *, phase: str | Sequence[str] | None = None, **filters: Any) -> pd.DataFrame:
         """Actions of the runs matching the filters, with their run's grouping columns."""
         if phase is not None:
             filters["_phase"] = phase
-        where, params = _where(filters, prefix="r.")
+        where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS | {"_phase"})
         sql = (
             "SELECT a.*, r.substrate, r.kind, r.mode, r.tier, r.steps, r.fidelity, "
             "r.status AS run_status, r.started_at AS run_started_at "
@@ -208,20 +235,12 @@ class Store:
         return pd.read_sql_query(sql, self.db.conn, params=params)
 
 
-_FILTERABLE = {
-    "substrate",
-    "kind",
-    "mode",
-    "tier",
-    "steps",
-    "fidelity",
-    "status",
-    "run_id",
-    "_phase",
-}
+_RUN_FILTERS = frozenset(
+    {"substrate", "kind", "mode", "tier", "steps", "fidelity", "status", "run_id"}
+)
 
 
-def _where(filters: dict[str, Any], prefix: str) -> tuple[str, list[Any]]:
+def _where(filters: dict[str, Any], prefix: str, allowed: frozenset[str]) -> tuple[str, list[Any]]:
     """A WHERE clause from keyword filters: a value or a list of values per column, plus
     ``since`` / ``until`` (ISO UTC strings) on started_at. None means "no filter"."""
     clauses: list[str] = []
@@ -235,7 +254,7 @@ def _where(filters: dict[str, Any], prefix: str) -> tuple[str, list[Any]]:
         elif key == "until":
             clauses.append(f"{prefix}started_at < ?")
             params.append(str(value))
-        elif key in _FILTERABLE:
+        elif key in allowed:
             column = "a.phase" if key == "_phase" else f"{prefix}{key}"
             values = list(value) if _is_many(value) else [value]
             clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")

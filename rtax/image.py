@@ -1,0 +1,147 @@
+"""The runner image for Docker-backed environments, built without any container registry.
+
+Why: no registry is reachable on the machines rtax is developed and tested on, and a measurement
+tool must not depend on one anyway. So (README.md#the-runner-image):
+
+1. the base is a Debian bookworm root filesystem made by ``mmdebstrap --variant=minbase`` with
+   python3, git, pytest, hypothesis and ca-certificates, imported with ``docker import``;
+2. ``rtax/images/runner.Dockerfile`` adds the preloaded attrs checkout and the AST-search tool
+   (the fixture's template). ``--base`` swaps in an official Python image where a registry exists.
+
+The runner image carries a ``rtax.recipe`` label (Dockerfile + fixture + base); a current image is
+not rebuilt. Its id goes into every Docker run's provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rtax import fixtures
+from rtax.fixtures import Fixture
+
+BASE_IMAGE = "rtax-base:bookworm"
+RUNNER_IMAGE = "rtax-runner:latest"
+BASE_PACKAGES = (
+    "python3",
+    "python3-pytest",
+    "python3-hypothesis",
+    "git",
+    "ca-certificates",
+    "procps",
+)
+DOCKERFILE = Path(__file__).parent / "images" / "runner.Dockerfile"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+
+class ImageError(RuntimeError):
+    """The image can't be built; the message says which step failed and why."""
+
+
+def _client() -> Any:
+    import docker
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # docker raises several unrelated types for "no engine"
+        raise ImageError(f"no Docker engine answers ({exc}); start dockerd first") from exc
+    return client
+
+
+def recipe(fixture: Fixture, base: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(DOCKERFILE.read_bytes())
+    digest.update(fixture.recipe.encode())
+    digest.update(base.encode())
+    return digest.hexdigest()[:16]
+
+
+def _image_labels(client: Any, ref: str) -> dict[str, str] | None:
+    import docker.errors
+
+    try:
+        return client.images.get(ref).labels or {}
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def build_base(client: Any, *, mirror: str | None = None) -> str:
+    """Make the Debian base with mmdebstrap | docker import; return its image id."""
+    if shutil.which("mmdebstrap") is None:
+        raise ImageError("mmdebstrap is not installed (apt-get install mmdebstrap)")
+    mirror = mirror or os.environ.get("RTAX_DEBIAN_MIRROR", DEFAULT_MIRROR)
+    debootstrap = subprocess.Popen(
+        [
+            "mmdebstrap",
+            "--quiet",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            "bookworm",
+            "-",
+            f"deb {mirror} bookworm main",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    importer = subprocess.run(
+        [
+            "docker",
+            "import",
+            "--change",
+            'CMD ["/bin/sh"]',
+            "--change",
+            "ENV LANG=C.UTF-8",
+            "-",
+            BASE_IMAGE,
+        ],
+        stdin=debootstrap.stdout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert debootstrap.stdout is not None
+    debootstrap.stdout.close()
+    err = debootstrap.stderr.read().decode(errors="replace") if debootstrap.stderr else ""
+    if debootstrap.wait() != 0:
+        raise ImageError(f"mmdebstrap failed: {err.strip()[-500:]}")
+    if importer.returncode != 0:
+        raise ImageError(f"docker import failed: {importer.stderr.strip()}")
+    return client.images.get(BASE_IMAGE).id
+
+
+def ensure_runner(*, base: str = BASE_IMAGE, force: bool = False, log: Any = print) -> str:
+    """Build (if missing or stale) and return the id of the runner image `RUNNER_IMAGE`."""
+    fixture = fixtures.build()
+    client = _client()
+    want = recipe(fixture, base)
+    labels = _image_labels(client, RUNNER_IMAGE)
+    if not force and labels is not None and labels.get("rtax.recipe") == want:
+        return client.images.get(RUNNER_IMAGE).id
+    if base == BASE_IMAGE and (force or _image_labels(client, BASE_IMAGE) is None):
+        log(f"building {BASE_IMAGE} with mmdebstrap (a minute or two, once)...")
+        build_base(client)
+    log(f"building {RUNNER_IMAGE} from {base}...")
+    with tempfile.TemporaryDirectory(prefix="rtax-image-") as tmp:
+        context = Path(tmp)
+        shutil.copy(DOCKERFILE, context / "Dockerfile")
+        shutil.copytree(fixture.template, context / "template", symlinks=True)
+        import docker.errors
+
+        try:
+            image, _ = client.images.build(
+                path=str(context),
+                tag=RUNNER_IMAGE,
+                buildargs={"BASE": base},
+                rm=True,
+                forcerm=True,
+                labels={"rtax.recipe": want, "rtax": "runner-image"},
+            )
+        except (docker.errors.BuildError, docker.errors.APIError) as exc:
+            raise ImageError(f"docker build of {RUNNER_IMAGE} failed: {exc}") from exc
+    return image.id

@@ -1,0 +1,508 @@
+"""rtax.store.Store on fresh temporary databases: schema, writes, reads, filters, migrations and
+the errors that must come out as StoreError (one readable line), never as a raw sqlite3 error."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import sqlite_utils
+
+from rtax import store as store_module
+from rtax.probe import PHASES, RolloutRecord
+from rtax.store import ACTION_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, Store, StoreError
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
+    """A run dict with the keys `_Rollout.record` produces (see rtax.probe)."""
+    phases = {f"{p}_s": 0.01 * (i + 1) for i, p in enumerate(PHASES)}
+    run: dict[str, Any] = {
+        "run_id": run_id,
+        "started_at": "2025-01-01T00:00:00.000000+00:00",
+        "ended_at": "2025-01-01T00:00:01.000000+00:00",
+        "substrate": "local",
+        "kind": "local",
+        "mode": "exec",
+        "tier": "T0",
+        "steps": 0,
+        "seed": 0,
+        "fidelity": "real",
+        "status": "ok",
+        "error_class": None,
+        "error_message": None,
+        **phases,
+        "overhead_s": 0.001,
+        "wall_s": sum(phases.values()) + 0.001,
+        "time_to_first_command_s": phases["create_s"]
+        + phases["orchestration_s"]
+        + phases["ready_s"],
+        "episode_s": 0.5,
+        "n_actions": 1,
+        "n_actions_done": 1,
+        "cleanup_ok": 1,
+        "milestones": json.dumps([{"name": "created", "t_s": 0.005}]),
+        "host": "test-host",
+        "rtax_version": "0.1.0",
+        "endpoint": None,
+        "provenance": json.dumps({"host": "test-host"}),
+    }
+    run.update(overrides)
+    return run
+
+
+def make_action(run_id: str, seq: int, phase: str = "action", **overrides: Any) -> dict[str, Any]:
+    """An action row with the keys `_Rollout.command` produces."""
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "seq": seq,
+        "phase": phase,
+        "idx": seq,
+        "category": "exec" if phase == "action" else phase,
+        "command": f"echo {seq}",
+        "t_offset_s": 0.1 * seq,
+        "latency_s": 0.002 + 0.001 * seq,
+        "exec_s": 0.001 + 0.001 * seq,
+        "exit_code": 0,
+        "stdout_bytes": 2,
+        "stderr_bytes": 0,
+        "ok": 1,
+    }
+    row.update(overrides)
+    return row
+
+
+def make_record(
+    run_id: str,
+    phases: tuple[str, ...] = ("ready", "action"),
+    **run_overrides: Any,
+) -> RolloutRecord:
+    """A run with one action row per entry of `phases`, seq 0, 1, 2, ..."""
+    actions = [make_action(run_id, i, p) for i, p in enumerate(phases)]
+    return RolloutRecord(run=make_run(run_id, **run_overrides), actions=actions)
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection, to look at the file without going through Store."""
+    return sqlite3.connect(str(path))
+
+
+# -- schema ----------------------------------------------------------------------------------
+
+
+def test_new_database_has_current_schema_and_wal(store: Store, db_path: Path) -> None:
+    assert db_path.is_file()
+    assert store.version == SCHEMA_VERSION
+    assert store.db.journal_mode == "wal"
+    assert set(store.db.table_names()) >= {"runs", "actions"}
+    assert set(store.db["runs"].columns_dict) == {*RUN_COLUMNS, "mode"}
+    assert set(store.db["actions"].columns_dict) == set(ACTION_COLUMNS)
+    assert store.count("runs") == 0 and store.count("actions") == 0
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_reopening_applies_no_migration_and_keeps_rows(db_path: Path) -> None:
+    with Store(db_path) as s:
+        s.save_rollout(make_record("r1"))
+    with Store(db_path) as s:
+        assert s.migrate() == []
+        assert s.version == SCHEMA_VERSION
+        assert s.runs()["run_id"].tolist() == ["r1"]
+
+
+# -- writing and reading ---------------------------------------------------------------------
+
+
+def test_save_rollout_writes_one_run_and_its_actions(store: Store) -> None:
+    record = make_record("r1", phases=("ready", "ready", "setup", "action", "action"))
+    store.save_rollout(record)
+    assert store.count("runs") == 1
+    assert store.count("actions") == 5
+
+    runs = store.runs()
+    assert isinstance(runs, pd.DataFrame)
+    assert len(runs) == 1
+    row = runs.iloc[0]
+    for key, value in record.run.items():
+        if isinstance(value, float):
+            assert row[key] == pytest.approx(value), key
+        elif value is None:
+            assert pd.isna(row[key]), key
+        else:
+            assert row[key] == value, key
+
+    actions = store.actions()
+    assert isinstance(actions, pd.DataFrame)
+    assert actions["seq"].tolist() == [0, 1, 2, 3, 4]
+    assert actions["phase"].tolist() == ["ready", "ready", "setup", "action", "action"]
+    assert (actions["run_id"] == "r1").all()
+    assert actions["latency_s"].tolist() == pytest.approx([a["latency_s"] for a in record.actions])
+    assert actions["command"].tolist() == [a["command"] for a in record.actions]
+    # The run's grouping columns come along with each action.
+    assert (actions["substrate"] == "local").all()
+    assert (actions["tier"] == "T0").all()
+    assert (actions["run_status"] == "ok").all()
+    assert (actions["mode"] == "exec").all()
+    assert (actions["run_started_at"] == record.run["started_at"]).all()
+
+
+def test_save_rollout_without_mode_defaults_to_exec(store: Store) -> None:
+    record = make_record("r1")
+    del record.run["mode"]
+    store.save_rollout(record)
+    assert store.runs()["mode"].tolist() == ["exec"]
+
+
+def test_save_rollout_keeps_a_failed_run_with_its_error(store: Store) -> None:
+    record = make_record(
+        "bad",
+        phases=("ready",),
+        status="failed",
+        error_class="ready_timeout",
+        error_message="no successful 'true'",
+        episode_s=None,
+        time_to_first_command_s=None,
+    )
+    record.actions[0].update(ok=0, error_class="action_timeout", exit_code=None, exec_s=None)
+    store.save_rollout(record)
+    run = store.runs().iloc[0]
+    assert (run["status"], run["error_class"]) == ("failed", "ready_timeout")
+    assert pd.isna(run["episode_s"])
+    action = store.actions().iloc[0]
+    assert (action["ok"], action["error_class"]) == (0, "action_timeout")
+    assert pd.isna(action["exit_code"])
+
+
+def test_runs_are_ordered_oldest_first(store: Store) -> None:
+    store.save_rollout(make_record("b", started_at="2025-01-03T00:00:00+00:00"))
+    store.save_rollout(make_record("a", started_at="2025-01-02T00:00:00+00:00"))
+    store.save_rollout(make_record("c", started_at="2025-01-01T00:00:00+00:00"))
+    assert store.runs()["run_id"].tolist() == ["c", "a", "b"]
+    assert store.actions()["run_id"].tolist() == ["c", "c", "a", "a", "b", "b"]
+
+
+def test_empty_reads_are_empty_frames_with_columns(store: Store) -> None:
+    runs = store.runs()
+    assert runs.empty and "run_id" in runs.columns and "mode" in runs.columns
+    actions = store.actions()
+    assert actions.empty and "latency_s" in actions.columns
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def filled(store: Store) -> Store:
+    """Five runs that differ in substrate, tier, steps, fidelity, status and start time."""
+    specs = [
+        ("r1", "local", "T0", 0, "real", "ok", "2025-01-01T00:00:00+00:00"),
+        ("r2", "local", "T1", 0, "real", "ok", "2025-01-02T00:00:00+00:00"),
+        ("r3", "docker", "T2", 10, "real", "failed", "2025-01-03T00:00:00+00:00"),
+        ("r4", "docker", "T2", 50, "simulated", "ok", "2025-01-04T00:00:00+00:00"),
+        ("r5", "modal", "T2", 10, "real", "ok", "2025-01-05T00:00:00+00:00"),
+    ]
+    for run_id, substrate, tier, steps, fidelity, status, started in specs:
+        store.save_rollout(
+            make_record(
+                run_id,
+                phases=("ready", "setup", "action"),
+                substrate=substrate,
+                kind=substrate,
+                tier=tier,
+                steps=steps,
+                fidelity=fidelity,
+                status=status,
+                started_at=started,
+            )
+        )
+    return store
+
+
+def ids(frame: pd.DataFrame) -> list[str]:
+    return frame["run_id"].drop_duplicates().tolist()
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({}, ["r1", "r2", "r3", "r4", "r5"]),
+        ({"substrate": "docker"}, ["r3", "r4"]),
+        ({"tier": "T2"}, ["r3", "r4", "r5"]),
+        ({"steps": 10}, ["r3", "r5"]),
+        ({"substrate": ["local", "modal"]}, ["r1", "r2", "r5"]),
+        ({"tier": ("T0", "T1")}, ["r1", "r2"]),
+        ({"steps": [10, 50]}, ["r3", "r4", "r5"]),
+        ({"tier": "T2", "steps": 10}, ["r3", "r5"]),
+        ({"fidelity": "simulated"}, ["r4"]),
+        ({"status": "failed"}, ["r3"]),
+        ({"status": "ok", "substrate": "docker"}, ["r4"]),
+        ({"kind": "modal"}, ["r5"]),
+        ({"run_id": "r2"}, ["r2"]),
+        ({"since": "2025-01-03T00:00:00+00:00"}, ["r3", "r4", "r5"]),  # inclusive
+        ({"until": "2025-01-03T00:00:00+00:00"}, ["r1", "r2"]),  # exclusive
+        (
+            {"since": "2025-01-02T00:00:00+00:00", "until": "2025-01-04T00:00:00+00:00"},
+            ["r2", "r3"],
+        ),
+        ({"substrate": None, "tier": None}, ["r1", "r2", "r3", "r4", "r5"]),  # None: no filter
+        ({"substrate": "nope"}, []),
+        ({"substrate": []}, []),
+    ],
+)
+def test_filters(filled: Store, filters: dict[str, Any], expected: list[str]) -> None:
+    assert ids(filled.runs(**filters)) == expected
+    assert ids(filled.actions(**filters)) == expected
+
+
+def test_actions_phase_filter(filled: Store) -> None:
+    setup = filled.actions(phase="setup")
+    assert len(setup) == 5
+    assert set(setup["phase"]) == {"setup"}
+    both = filled.actions(phase=["ready", "action"], substrate="docker")
+    assert len(both) == 4
+    assert set(both["phase"]) == {"ready", "action"}
+    assert ids(both) == ["r3", "r4"]
+    assert filled.actions(phase="nope").empty
+    assert len(filled.actions(phase=None)) == 15
+
+
+@pytest.mark.parametrize("method", ["runs", "actions"])
+def test_unknown_filter_raises_store_error(filled: Store, method: str) -> None:
+    with pytest.raises(StoreError, match="unknown filter 'colour'"):
+        getattr(filled, method)(colour="red")
+
+
+def test_phase_is_not_a_runs_filter(filled: Store) -> None:
+    with pytest.raises(StoreError, match="unknown filter 'phase'"):
+        filled.runs(phase="setup")
+
+
+def test_internal_phase_key_is_not_a_runs_filter(filled: Store) -> None:
+    with pytest.raises(StoreError, match="unknown filter"):
+        filled.runs(_phase="setup")
+
+
+def test_filter_values_are_parameters_not_sql(filled: Store) -> None:
+    assert filled.runs(substrate="local' OR '1'='1").empty
+    assert filled.count("runs") == 5
+
+
+def test_count_unknown_table(store: Store) -> None:
+    with pytest.raises(StoreError, match="unknown table"):
+        store.count("sqlite_master")
+
+
+# -- atomicity and integrity -----------------------------------------------------------------
+
+
+def test_save_rollout_is_all_or_nothing(store: Store, db_path: Path) -> None:
+    store.save_rollout(make_record("before", started_at="2025-01-01T00:00:00+00:00"))
+    record = make_record("broken", phases=("ready", "action", "action"))
+    record.actions[2]["seq"] = 1  # (run_id, seq) is the primary key: a duplicate
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
+        store.save_rollout(record)
+    assert store.runs()["run_id"].tolist() == ["before"]
+    assert store.actions(run_id="broken").empty
+    assert store.count("actions") == 2
+    # Nothing is left half-written on disk either (seen from another connection).
+    with raw(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM runs WHERE run_id='broken'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM actions WHERE run_id='broken'").fetchone() == (0,)
+    # ... and the store is still usable.
+    store.save_rollout(make_record("after", started_at="2025-01-02T00:00:00+00:00"))
+    assert store.runs()["run_id"].tolist() == ["before", "after"]
+
+
+def test_saving_the_same_run_id_twice_keeps_the_first(store: Store) -> None:
+    store.save_rollout(make_record("r1", phases=("ready", "action"), episode_s=1.5))
+    second = make_record("r1", phases=("ready", "action", "action"), episode_s=99.0)
+    second.actions = [make_action("r1", i + 10) for i in range(3)]  # new seqs: only the run clashes
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
+        store.save_rollout(second)
+    runs = store.runs()
+    assert len(runs) == 1
+    assert runs.iloc[0]["episode_s"] == pytest.approx(1.5)
+    assert store.actions()["seq"].tolist() == [0, 1]
+
+
+def test_action_of_an_unknown_run_is_refused(store: Store) -> None:
+    record = make_record("r1")
+    record.actions[1]["run_id"] = "ghost"  # foreign key to runs
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
+        store.save_rollout(record)
+    assert store.count("runs") == 0
+    assert store.count("actions") == 0
+
+
+def test_run_without_substrate_is_refused(store: Store) -> None:
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
+        store.save_rollout(make_record("r1", substrate=None))
+    assert store.count("runs") == 0
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+
+def _make_v1_file(path: Path) -> None:
+    """An rtax database as version 1 wrote it: no `mode` column, no indexes."""
+    db = sqlite_utils.Database(path)
+    store_module._v1(db)
+    db.execute("PRAGMA user_version = 1")
+    old = make_run("old-run", started_at="2024-06-01T12:00:00+00:00", episode_s=2.5)
+    del old["mode"]
+    db["runs"].insert(old)
+    db["actions"].insert(make_action("old-run", 0, "ready"))
+    db.conn.commit()
+    db.conn.close()
+
+
+def test_v1_file_is_upgraded(db_path: Path) -> None:
+    _make_v1_file(db_path)
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+        assert "mode" not in columns
+
+    with Store(db_path) as s:
+        assert s.version == SCHEMA_VERSION
+        runs = s.runs()
+        assert runs["run_id"].tolist() == ["old-run"]
+        assert runs.iloc[0]["mode"] == "exec"
+        assert runs.iloc[0]["episode_s"] == pytest.approx(2.5)
+        assert s.actions()["run_id"].tolist() == ["old-run"]
+        index_columns = {tuple(i.columns) for i in s.db["runs"].indexes}
+        assert ("substrate", "tier", "steps", "started_at") in index_columns
+        assert ("started_at",) in index_columns
+        assert ("fidelity", "status") in index_columns
+        assert s.db.journal_mode == "wal"
+        # New rows can be written beside the old one.
+        s.save_rollout(make_record("new-run", mode="session"))
+        assert s.runs()["mode"].tolist() == ["exec", "session"]
+
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_migrate_reports_versions_applied(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make_v1_file(db_path)
+    applied: list[int] = []
+    real = store_module.Store.migrate
+
+    def spy(self: Store) -> list[int]:
+        result = real(self)
+        applied.extend(result)
+        return result
+
+    monkeypatch.setattr(store_module.Store, "migrate", spy)
+    Store(db_path).close()
+    Store(db_path).close()
+    assert applied == [2]  # v1 -> v2 once, then nothing
+
+
+def test_failed_migration_leaves_the_file_openable(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _make_v1_file(db_path)
+
+    def half_v2(db: sqlite_utils.Database) -> None:
+        db["runs"].add_column("mode", str, not_null_default="exec")
+        raise sqlite3.OperationalError("disk I/O error (simulated, after the first DDL)")
+
+    monkeypatch.setattr(store_module, "MIGRATIONS", ((1, store_module._v1), (2, half_v2)))
+    with pytest.raises(StoreError):
+        Store(db_path)
+    monkeypatch.undo()
+    with Store(db_path) as s:  # rolled back whole, so v2 applies cleanly now
+        assert s.version == SCHEMA_VERSION
+
+
+def test_newer_file_is_refused(db_path: Path) -> None:
+    with raw(db_path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match="newer") as info:
+        Store(db_path)
+    assert str(db_path) in str(info.value)
+    with raw(db_path) as conn:  # left alone, not migrated
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+
+
+# -- files that can't be used ----------------------------------------------------------------
+
+
+def test_non_sqlite_file_is_refused(db_path: Path) -> None:
+    garbage = b"this is not a database\x00\xff\xfe" * 200
+    db_path.write_bytes(garbage)
+    with pytest.raises(StoreError, match="cannot use") as info:
+        Store(db_path)
+    assert str(db_path) in str(info.value)
+    assert db_path.read_bytes() == garbage  # not overwritten
+
+
+def test_missing_folder_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "no" / "such" / "folder" / "rtax.db"
+    with pytest.raises(StoreError, match="does not exist"):
+        Store(path)
+    assert not path.parent.exists()  # not created behind the user's back
+
+
+def test_create_false_on_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.db"
+    with pytest.raises(StoreError, match="no database"):
+        Store(path, create=False)
+    assert not path.exists()
+
+
+def test_create_false_opens_an_existing_file(db_path: Path) -> None:
+    with Store(db_path) as s:
+        s.save_rollout(make_record("r1"))
+    with Store(db_path, create=False) as s:
+        assert s.runs()["run_id"].tolist() == ["r1"]
+
+
+def test_folder_as_database_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    with pytest.raises(StoreError):
+        Store(folder)
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+def test_export_runs_csv(filled: Store, tmp_path: Path) -> None:
+    out = tmp_path / "runs.csv"
+    assert filled.export_csv("runs", out) == 5
+    frame = pd.read_csv(out)
+    assert len(frame) == 5
+    assert frame["run_id"].tolist() == ["r1", "r2", "r3", "r4", "r5"]
+    assert {*RUN_COLUMNS, "mode"} <= set(frame.columns)
+
+
+def test_export_with_filters(filled: Store, tmp_path: Path) -> None:
+    out = tmp_path / "runs.csv"
+    assert filled.export_csv("runs", out, substrate="docker", tier=None) == 2
+    assert pd.read_csv(out)["run_id"].tolist() == ["r3", "r4"]
+
+
+def test_export_actions_csv(filled: Store, tmp_path: Path) -> None:
+    out = tmp_path / "actions.csv"
+    assert filled.export_csv("actions", out, tier="T2") == 9
+    frame = pd.read_csv(out)
+    assert len(frame) == 9
+    assert frame["run_id"].drop_duplicates().tolist() == ["r3", "r4", "r5"]
+    assert {"seq", "phase", "latency_s", "substrate"} <= set(frame.columns)
+
+
+def test_export_unknown_table(filled: Store, tmp_path: Path) -> None:
+    out = tmp_path / "x.csv"
+    with pytest.raises(StoreError, match="unknown table"):
+        filled.export_csv("bogus", out)
+    assert not out.exists()
