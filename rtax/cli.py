@@ -11,17 +11,19 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
-from rtax import __version__, fixtures, paths, stats, workloads
+from rtax import __version__, fixtures, paths, reaper, stats, workloads
 from rtax.fixtures import Fixture, FixtureError, GitServer
+from rtax.image import ImageError
 from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
 from rtax.store import Store, StoreError
-from rtax.substrates import UnknownSubstrate, get_substrate, kinds
+from rtax.substrates import UnknownSubstrate, by_name, names
+from rtax.substrates.base import Substrate, SubstrateError
 from rtax.workloads import RepoSource, WorkloadError
 
 EXIT_USAGE = 2
@@ -69,6 +71,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rtax", description="Measure the rollout infrastructure tax.")
     parser.add_argument("--version", action="version", version=f"rtax {__version__}")
@@ -78,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--substrate",
         default="local",
-        help=f"substrate kind (known: {', '.join(kinds())}; default local)",
+        help=f"substrate name (built in: {', '.join(names())}; default local)",
     )
     probe.add_argument("--tier", choices=workloads.TIERS, default="T0")
     probe.add_argument(
@@ -123,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="T2 test id that the patch fixes (default: the fixture's)",
     )
+    probe.add_argument(
+        "--mode",
+        choices=("exec", "session"),
+        default=None,
+        help="action mode of container substrates: one exec per action, or one persistent "
+        "shell per environment (default exec)",
+    )
     probe.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
     export = sub.add_parser("export", help="write runs or actions to a CSV file")
@@ -131,6 +150,34 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, required=True, help="CSV file to write")
     export.add_argument("--substrate", default=None, help="only this substrate")
     export.add_argument("--tier", choices=workloads.TIERS, default=None, help="only this tier")
+
+    image = sub.add_parser("image", help="the Docker runner image")
+    image_sub = image.add_subparsers(dest="image_command", required=True, parser_class=_Parser)
+    build = image_sub.add_parser("build", help="build the runner image (a no-op if current)")
+    build.add_argument(
+        "--base",
+        default=None,
+        help="base image (default: a Debian bookworm rootfs made with mmdebstrap; "
+        "e.g. python:3.11-slim where a registry is reachable)",
+    )
+    build.add_argument("--force", action="store_true", help="rebuild even if current")
+
+    reap = sub.add_parser("reap", help="remove leftover environments that no live run owns")
+    reap.add_argument(
+        "--substrate",
+        action="append",
+        default=None,
+        help="substrate to reap (repeatable; default: local, and docker if an engine answers)",
+    )
+    reap.add_argument(
+        "--older-than",
+        type=_non_negative_float,
+        default=None,
+        metavar="MIN",
+        help="only leftovers older than MIN minutes (also reaps those whose owner can't be "
+        "checked from this host)",
+    )
+    reap.add_argument("--dry-run", action="store_true", help="list, remove nothing")
 
     fix = sub.add_parser("fixtures", help="build the offline attrs fixture (a no-op if built)")
     fix.add_argument("--force", action="store_true", help="rebuild even if up to date")
@@ -144,10 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"probe": cmd_probe, "export": cmd_export, "fixtures": cmd_fixtures}[args.command]
+    handler = {
+        "probe": cmd_probe,
+        "export": cmd_export,
+        "fixtures": cmd_fixtures,
+        "image": cmd_image,
+        "reap": cmd_reap,
+    }[args.command]
     try:
         return handler(args)
-    except (UsageError, StoreError, FixtureError, WorkloadError, UnknownSubstrate) as exc:
+    except (
+        UsageError,
+        StoreError,
+        FixtureError,
+        WorkloadError,
+        UnknownSubstrate,
+        ImageError,
+    ) as exc:
         print(f"rtax {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -171,7 +231,9 @@ def _ensure_fixture(quiet: bool) -> Fixture:
 
 
 @contextmanager
-def _repo_source(args: argparse.Namespace, fixture: Fixture) -> Iterator[RepoSource | None]:
+def _repo_source(
+    args: argparse.Namespace, fixture: Fixture, host: str
+) -> Iterator[RepoSource | None]:
     """The T2 repository source, serving the fixture over git:// for the run when asked."""
     if args.tier != "T2":
         yield None
@@ -185,7 +247,7 @@ def _repo_source(args: argparse.Namespace, fixture: Fixture) -> Iterator[RepoSou
     commit = args.commit or fixture.buggy_commit
     failing = args.failing_test or fixture.failing_test
     if args.repo_url == "serve":
-        with GitServer(fixture.root) as server:
+        with GitServer(fixture.root, host=host) as server:
             yield RepoSource(server.url(fixture.bare_repo.name), commit, patch, failing)
         return
     url = str(fixture.bare_repo) if args.repo_url == "path" else args.repo_url
@@ -195,11 +257,17 @@ def _repo_source(args: argparse.Namespace, fixture: Fixture) -> Iterator[RepoSou
 def cmd_probe(args: argparse.Namespace) -> int:
     workloads.validate(args.tier, args.steps)  # before any slow work
     fixture = _ensure_fixture(args.quiet)
-    substrate = get_substrate(args.substrate, template=fixture.template)
+    substrate = _substrate(args.substrate, mode=args.mode)
+    log = _logger(args.quiet)
+    try:
+        substrate.prepare(log)
+        host = substrate.host_address() if args.tier == "T2" else "127.0.0.1"
+    except SubstrateError as exc:
+        raise UsageError(f"substrate {substrate.name} is not usable: {exc}") from exc
     store = _open_store(args.db, create=True)
     options = ProbeOptions(deadline_s=args.deadline)
     records: list[RolloutRecord] = []
-    with store, _repo_source(args, fixture) as source:
+    with store, _repo_source(args, fixture, host) as source:
         workload = workloads.build(args.tier, steps=args.steps, seed=args.seed, source=source)
         if args.action_timeout is not None:
             workload = _with_timeout(workload, args.action_timeout)
@@ -227,6 +295,27 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(_summary(records, store.path))
     return 0 if all(r.ok for r in records) else 1
+
+
+def _substrate(name: str, **overrides: object) -> Substrate:
+    """A built-in substrate by name; construction failures become one-line errors."""
+    params = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return by_name(name, **params)
+    except UnknownSubstrate:
+        raise
+    except TypeError as exc:
+        raise UsageError(f"substrate {name} does not take {', '.join(params)}: {exc}") from None
+    except Exception as exc:  # e.g. docker.errors.DockerException: no engine
+        raise UsageError(f"cannot use substrate {name}: {exc}") from None
+
+
+def _logger(quiet: bool) -> Callable[[str], None]:
+    def log(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr)
+
+    return log
 
 
 def _with_timeout(workload: workloads.Workload, timeout_s: float) -> workloads.Workload:
@@ -311,6 +400,36 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
     print(f"wrote {n} {args.table} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from rtax.image import BASE_IMAGE, RUNNER_IMAGE, ensure_runner
+
+    image_id = ensure_runner(base=args.base or BASE_IMAGE, force=args.force, log=_logger(False))
+    print(f"{RUNNER_IMAGE} {image_id}")
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    names = args.substrate or ["local", "docker"]
+    substrates = []
+    for name in names:
+        try:
+            substrates.append(_substrate(name))
+        except UsageError as exc:
+            if args.substrate:  # asked for explicitly: it must work
+                raise
+            print(f"rtax reap: skipping {name}: {exc}", file=sys.stderr)
+    older = None if args.older_than is None else args.older_than * 60
+    orphans = reaper.reap(substrates, older_than_s=older, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for orphan in orphans:
+        print(
+            f"{verb} {orphan.substrate} {orphan.leftover.env_id} "
+            f"(run {orphan.leftover.run_id}): {orphan.reason}"
+        )
+    print(f"{verb} {len(orphans)} orphan(s)", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,14 @@ from rtax.substrates.base import Substrate
 #: kind -> "module:Class"
 REGISTRY: dict[str, str] = {
     "local": "rtax.substrates.local:LocalSubstrate",
+    "docker": "rtax.substrates.docker:DockerSubstrate",
+}
+
+#: Built-in substrate names: name -> (kind, parameters). A configuration file (later) adds more.
+NAMED: dict[str, tuple[str, dict[str, Any]]] = {
+    "local": ("local", {}),
+    "docker": ("docker", {}),
+    "docker-gvisor": ("docker", {"runtime": "runsc"}),
 }
 
 
@@ -41,3 +49,18 @@ def substrate_class(kind: str) -> type:
 def get_substrate(kind: str, name: str | None = None, **params: Any) -> Substrate:
     """Build a substrate of `kind`, configured by `params`, named `name` (default: the kind)."""
     return substrate_class(kind)(name=name or kind, **params)
+
+
+def names() -> list[str]:
+    """Built-in substrate names, sorted."""
+    return sorted(NAMED)
+
+
+def by_name(name: str, **overrides: Any) -> Substrate:
+    """Build the built-in substrate called `name` (e.g. "docker-gvisor"), with `overrides`."""
+    try:
+        kind, params = NAMED[name]
+    except KeyError:
+        known = ", ".join(names())
+        raise UnknownSubstrate(f"unknown substrate {name!r} (known: {known})") from None
+    return get_substrate(kind, name=name, **{**params, **overrides})

@@ -12,11 +12,15 @@ Life of one environment::
     sub.run(env, "true", timeout_s)      # commands; the first successful one is "ready"
     sub.destroy(env, timeout_s)          # delete, then verify that it is gone
     sub.leftovers()                      # environments carrying the rtax label, found by label
+
+plus `prepare` (build what is missing, before any clock starts), `host_address` (where an
+environment reaches this host) and `remove_leftover` (for `rtax reap`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,11 +69,16 @@ class Environment:
 
 @dataclass(frozen=True)
 class Leftover:
-    """An environment that carries the rtax label and still exists."""
+    """An environment that carries the rtax label and still exists.
+
+    `owner` is "host:pid" of the process that created it, so that the reaper can tell a
+    crashed run's orphan from an environment that a live run still uses.
+    """
 
     env_id: str
     run_id: str | None
     created_at: str | None
+    owner: str | None = None
     detail: str = ""
 
 
@@ -146,6 +155,19 @@ class Substrate(Protocol):
 
     def leftovers(self) -> list[Leftover]:
         """Every environment of this substrate that carries the rtax label."""
+        ...
+
+    def remove_leftover(self, leftover: Leftover) -> None:
+        """Remove one leftover (the reaper's backstop; normal cleanup is `destroy`)."""
+        ...
+
+    def host_address(self) -> str:
+        """The address at which this host is reachable from inside an environment (T2's
+        git server listens there)."""
+        ...
+
+    def prepare(self, log: Callable[[str], None]) -> None:
+        """Make sure the substrate can run rollouts (e.g. build a missing image); idempotent."""
         ...
 
     def describe(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ class LocalSubstrate:
                 "label": LABEL,
                 "run_id": run_id,
                 "created_at": datetime.now(UTC).isoformat(),
-                "pid": os.getpid(),
+                "owner": f"{socket.gethostname()}:{os.getpid()}",
             }
             (workdir / LABEL_FILE).write_text(json.dumps(label))
         except OSError as exc:
@@ -158,10 +159,22 @@ class LocalSubstrate:
                     env_id=str(child),
                     run_id=label.get("run_id"),
                     created_at=label.get("created_at"),
-                    detail=f"pid {label.get('pid')}",
+                    owner=label.get("owner"),
                 )
             )
         return found
+
+    def remove_leftover(self, leftover: Leftover) -> None:
+        path = Path(leftover.env_id)
+        if path.parent == self.root and (path / LABEL_FILE).is_file():
+            shutil.rmtree(path, ignore_errors=True)
+
+    def host_address(self) -> str:
+        return "127.0.0.1"
+
+    def prepare(self, log: Callable[[str], None]) -> None:
+        if not self.template.is_dir():
+            log(f"note: no template at {self.template}; environments start empty")
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,337 @@
+"""The `docker` substrate: one container per rollout, through the Docker Engine API.
+
+Why these choices (README.md#docker):
+
+- The low-level `docker.APIClient` is used, one HTTP call per step, so that a phase is the engine's
+  time and not the SDK's extra inspections: create = ``POST /containers/create``; orchestration =
+  ``POST /containers/{id}/start`` until an inspect reports it running; ready = the first ``true``.
+- Two action modes, both labelled in the data (`runs.mode`):
+  ``exec``: one Docker exec per action (create, start, inspect: what most harnesses do);
+  ``session``: the paper's low-latency action API: one persistent shell per container, fed framed
+  commands over the attached exec stream (`rtax.substrates.docker_session`).
+- A command's timeout is enforced inside the container by coreutils ``timeout`` (TERM to the whole
+  process group, KILL a second later), so a hung action stops where it runs.
+- Containers carry the ``rtax`` label, their run id, creation time and owner (host:pid), so that
+  `rtax reap` can tell an orphan from a container that a live run still owns.
+- gVisor is the same kind with ``runtime="runsc"`` (the built-in ``docker-gvisor`` name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+from rtax.image import RUNNER_IMAGE
+from rtax.substrates.base import (
+    LABEL,
+    CleanupFailed,
+    CommandResult,
+    CommandTimeout,
+    CreateFailed,
+    CreateTimeout,
+    Environment,
+    EnvironmentLost,
+    ExecError,
+    Leftover,
+    RateLimited,
+    ReadyTimeout,
+    clock,
+)
+
+MODES = ("exec", "session")
+#: Exit status of coreutils `timeout` when it had to stop the command.
+_TIMEOUT_EXIT = 124
+_KILL_GRACE_S = 1.0
+
+
+def _docker() -> Any:
+    import docker  # imported on first use: the registry stays cheap for other substrates
+
+    return docker
+
+
+class DockerSubstrate:
+    """Containers from `image`, one per rollout, with CPU/memory limits, network and runtime."""
+
+    kind = "docker"
+    fidelity = "real"
+
+    def __init__(
+        self,
+        name: str = "docker",
+        image: str = RUNNER_IMAGE,
+        runtime: str | None = None,
+        cpus: float | None = 1.0,
+        memory: str | None = "1g",
+        network: str = "bridge",
+        mode: str = "exec",
+        base_url: str | None = None,
+        api_timeout_s: float = 3600.0,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.name = name
+        self.image = image
+        self.runtime = runtime
+        self.cpus = cpus
+        self.memory = memory
+        self.network = network
+        self.mode = mode
+        self.base_url = base_url
+        docker = _docker()
+        kwargs: dict[str, Any] = {"timeout": api_timeout_s, "version": "auto"}
+        if base_url:
+            kwargs["base_url"] = base_url
+            self.api = docker.APIClient(**kwargs)
+        else:
+            self.api = docker.from_env(timeout=api_timeout_s).api
+        self._owner = f"{socket.gethostname()}:{os.getpid()}"
+
+    # -- life of one environment ------------------------------------------------------------
+
+    def create(self, run_id: str) -> Environment:
+        errors = _docker().errors
+        host_config = self.api.create_host_config(
+            nano_cpus=int(self.cpus * 1e9) if self.cpus else None,
+            mem_limit=self.memory,
+            network_mode=self.network,
+            init=True,  # PID 1 reaps what timed-out commands leave behind
+            runtime=self.runtime,  # (create_container's own `runtime` is not sent by the SDK)
+        )
+        labels = {
+            LABEL: "1",
+            f"{LABEL}.run_id": run_id,
+            f"{LABEL}.created_at": datetime.now(UTC).isoformat(),
+            f"{LABEL}.owner": self._owner,
+            f"{LABEL}.substrate": self.name,
+        }
+        try:
+            created = self.api.create_container(
+                self.image,
+                command=["sleep", "infinity"],
+                labels=labels,
+                host_config=host_config,
+                working_dir="/work",
+                name=f"rtax-{run_id}",
+            )
+        except errors.ImageNotFound as exc:
+            raise CreateFailed(f"image {self.image} not found (run: rtax image build)") from exc
+        except errors.APIError as exc:
+            raise _classify(exc, CreateFailed) from exc
+        except _transport_errors() as exc:
+            raise CreateTimeout(f"container create: {exc}") from exc
+        env = Environment(env_id=created["Id"], run_id=run_id, handle={"id": created["Id"]})
+        env.mark("created")
+        return env
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        errors = _docker().errors
+        cid = env.env_id
+        try:
+            self.api.start(cid)
+            env.mark("started")
+            deadline = clock() + timeout_s
+            delay = 0.001
+            while True:
+                state = self.api.inspect_container(cid)["State"]
+                if state.get("Running"):
+                    env.mark("running")
+                    return
+                if state.get("Status") in ("exited", "dead"):
+                    raise EnvironmentLost(f"container exited at start: {state.get('Error')}")
+                if clock() >= deadline:
+                    raise ReadyTimeout(f"container not running after {timeout_s:g} s")
+                time.sleep(delay)  # polling the engine with a deadline
+                delay = min(delay * 2, 0.05)
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {cid[:12]} vanished at start") from exc
+        except errors.APIError as exc:
+            raise _classify(exc, CreateFailed) from exc
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        if self.mode == "session":
+            return self._session(env).run(command, timeout_s)
+        return self._exec(env, command, timeout_s)
+
+    def _exec(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        errors = _docker().errors
+        t0 = clock()
+        wrapped = [
+            "timeout",
+            "-k",
+            f"{_KILL_GRACE_S:g}",
+            f"{max(timeout_s, 0.001):.3f}",
+            "/bin/sh",
+            "-c",
+            command,
+        ]
+        try:
+            exec_id = self.api.exec_create(env.env_id, wrapped, workdir="/work")["Id"]
+            out, err = self.api.exec_start(exec_id, demux=True)
+            code = self.api.exec_inspect(exec_id)["ExitCode"]
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
+        except errors.APIError as exc:
+            if exc.status_code == 409:  # "container ... is not running"
+                raise EnvironmentLost(str(exc.explanation)) from exc
+            raise _classify(exc, ExecError) from exc
+        except _transport_errors() as exc:
+            raise ExecError(f"exec: {exc}") from exc
+        latency = clock() - t0
+        if code == _TIMEOUT_EXIT or (code == 137 and latency >= timeout_s):
+            raise CommandTimeout(f"killed after {timeout_s:.3g} s (exit {code})")
+        if code is None:
+            raise ExecError("exec finished without an exit code")
+        return CommandResult(
+            code,
+            (out or b"").decode("utf-8", "replace"),
+            (err or b"").decode("utf-8", "replace"),
+            latency,
+        )
+
+    def _session(self, env: Environment) -> Any:
+        from rtax.substrates.docker_session import ShellSession
+
+        session = env.handle.get("session")
+        if session is None or session.closed:
+            session = ShellSession.open(self.api, env.env_id)
+            env.handle["session"] = session
+            env.mark("session_opened")
+        return session
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        errors = _docker().errors
+        session = env.handle.get("session") if isinstance(env.handle, dict) else None
+        if session is not None:
+            session.close()
+        try:
+            self.api.remove_container(env.env_id, force=True)
+        except errors.NotFound:
+            pass  # already gone: verified below
+        except errors.APIError as exc:
+            raise CleanupFailed(f"remove {env.env_id[:12]}: {exc.explanation}") from exc
+        deadline = clock() + timeout_s
+        delay = 0.001
+        while True:
+            try:
+                self.api.inspect_container(env.env_id)
+            except errors.NotFound:
+                env.mark("removed")
+                return
+            if clock() >= deadline:
+                raise CleanupFailed(f"container {env.env_id[:12]} still exists after removal")
+            time.sleep(delay)  # removal is asynchronous for a dying container: poll, bounded
+            delay = min(delay * 2, 0.1)
+
+    def leftovers(self) -> list[Leftover]:
+        found = []
+        for c in self.api.containers(all=True, filters={"label": LABEL}):
+            labels = c.get("Labels") or {}
+            found.append(
+                Leftover(
+                    env_id=c["Id"],
+                    run_id=labels.get(f"{LABEL}.run_id"),
+                    created_at=labels.get(f"{LABEL}.created_at"),
+                    owner=labels.get(f"{LABEL}.owner"),
+                    detail=f"{labels.get(f'{LABEL}.substrate')}, {c.get('State')}",
+                )
+            )
+        return found
+
+    def remove_leftover(self, leftover: Leftover) -> None:
+        """Force-remove a leftover container (the reaper's backstop for crashed runs)."""
+        errors = _docker().errors
+        with contextlib.suppress(errors.NotFound):
+            self.api.remove_container(leftover.env_id, force=True)
+
+    def prepare(self, log: Callable[[str], None]) -> None:
+        """Build the runner image when it is the one configured and it is missing or stale."""
+        if self.image == RUNNER_IMAGE:
+            from rtax.image import ensure_runner
+
+            ensure_runner(log=log)
+        else:
+            try:
+                self.api.inspect_image(self.image)
+            except _docker().errors.ImageNotFound:
+                raise CreateFailed(f"image {self.image} is not on this engine") from None
+
+    def host_address(self) -> str:
+        """Where a container reaches this host: the network's gateway (or loopback on host).
+
+        The default bridge often lists no gateway in its IPAM config; then the bridge
+        interface's own address is the gateway, and failing that Docker's convention, the
+        subnet's first host address.
+        """
+        if self.network == "host":
+            return "127.0.0.1"
+        info = self.api.inspect_network(self.network)
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        for config in configs:
+            if config.get("Gateway"):
+                return config["Gateway"].split("/")[0]
+        bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name")
+        if bridge and (address := _interface_ipv4(bridge)):
+            return address
+        for config in configs:
+            if config.get("Subnet") and ":" not in config["Subnet"]:
+                return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+        raise ExecError(f"network {self.network} has no gateway address")
+
+    def describe(self) -> dict[str, Any]:
+        version = self.api.version()
+        try:
+            image = self.api.inspect_image(self.image)
+            image_id, digests = image["Id"], image.get("RepoDigests") or []
+        except _docker().errors.ImageNotFound:
+            image_id, digests = None, []
+        return {
+            "kind": self.kind,
+            "endpoint": self.api.base_url,
+            "engine_version": version.get("Version"),
+            "api_version": version.get("ApiVersion"),
+            "image": self.image,
+            "image_id": image_id,
+            "image_digests": digests,
+            "runtime": self.runtime or "runc",
+            "cpus": self.cpus,
+            "memory": self.memory,
+            "network": self.network,
+            "mode": self.mode,
+            "client": {"docker": metadata.version("docker")},
+        }
+
+
+def _interface_ipv4(name: str) -> str | None:
+    """The IPv4 address of a network interface (SIOCGIFADDR), or None."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import requests
+
+    return (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+
+
+def _classify(exc: Any, default: type[Exception]) -> Exception:
+    """Map an engine error to an rtax error class (429 -> rate_limited, else `default`)."""
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "explanation", None) or exc)
+    if status == 429 or "toomanyrequests" in message.lower():
+        return RateLimited(message)
+    return default(f"{status}: {message}")
