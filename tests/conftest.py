@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,3 +53,83 @@ def repo_source(attrs_fixture: Fixture, git_server: GitServer) -> RepoSource:
 def local(tmp_path: Path, attrs_fixture: Fixture) -> LocalSubstrate:
     """A local substrate whose environments live in this test's own folder."""
     return LocalSubstrate(root=tmp_path / "envs", template=attrs_fixture.template)
+
+
+# -- Docker --------------------------------------------------------------------------------------
+# A real engine is required under CI=true (a missing one fails loudly); elsewhere the Docker tests
+# skip with one line saying why and how to get one. `make test` installs and starts it itself.
+
+_HOW = "run `make test` as root (it installs docker.io and starts dockerd) or start dockerd"
+
+
+def _docker_api_or_reason():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client.api, None
+    except Exception as exc:
+        return None, f"no Docker engine answers ({type(exc).__name__}); {_HOW}"
+
+
+@pytest.fixture(scope="session")
+def docker_api():
+    api, reason = _docker_api_or_reason()
+    if api is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI requires Docker: {reason}")
+        pytest.skip(reason)
+    return api
+
+
+@pytest.fixture(scope="session")
+def runner_image(docker_api, attrs_fixture: Fixture) -> str:
+    """The runner image, built if missing (mmdebstrap + docker import + docker build)."""
+    from rtax.image import ensure_runner
+
+    return ensure_runner(log=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def gvisor(docker_api) -> None:
+    """gVisor's runsc must be a configured runtime of the engine."""
+    if "runsc" not in (docker_api.info().get("Runtimes") or {}):
+        reason = "the Docker engine has no runsc runtime; " + _HOW
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI requires gVisor: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_git_server(docker_api, attrs_fixture: Fixture) -> Iterator[GitServer]:
+    """The fixture over git:// on the bridge gateway, where containers reach this host."""
+    from rtax.substrates.docker import DockerSubstrate
+
+    host = DockerSubstrate().host_address()
+    with GitServer(attrs_fixture.root, host=host) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def docker_repo_source(attrs_fixture: Fixture, docker_git_server: GitServer) -> RepoSource:
+    return RepoSource(
+        url=docker_git_server.url(attrs_fixture.bare_repo.name),
+        commit=attrs_fixture.buggy_commit,
+        fix_patch=attrs_fixture.fix_patch,
+        failing_test=attrs_fixture.failing_test,
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_containers() -> Iterator[None]:
+    """After the whole suite, no container labelled rtax may be left on the engine."""
+    yield
+    api, _ = _docker_api_or_reason()
+    if api is None:
+        return
+    leaked = api.containers(all=True, filters={"label": "rtax"})
+    names = [c["Names"] for c in leaked]
+    for c in leaked:  # remove them so one failure doesn't cascade into the next run
+        api.remove_container(c["Id"], force=True)
+    assert not leaked, f"containers labelled rtax left after the suite: {names}"

@@ -1,0 +1,139 @@
+"""`make bench` (Docker part): rtax's Docker numbers against their floors, side by side in one run.
+
+Why ratios measured together: machine noise moves absolute timings, not ratios taken in the same
+minute with the work interleaved in blocks (README.md#benchmarks). Printed:
+
+1. exec-mode action p50 through rtax vs the raw SDK ``exec_run`` of the same shell command on a
+   long-lived container. Target <= 1.05x.
+2. session-mode action p50 vs exec-mode action p50. Target: session >= 20x faster.
+3. time-to-first-command through rtax vs ``docker run --rm IMAGE true`` timed as a whole process.
+   Target <= 1.0x.
+4. all of them beside the local substrate's floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import docker
+
+from rtax import fixtures, stats
+from rtax.image import RUNNER_IMAGE, ensure_runner
+from rtax.probe import run_rollout
+from rtax.substrates.base import LABEL, clock
+from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.local import LocalSubstrate
+from rtax.workloads import Action, Workload
+
+COMMAND = "echo ok"
+
+
+def _actions(n: int) -> Workload:
+    return Workload(
+        "T0", 0, 0, actions=tuple(Action("exec", COMMAND, expect_stdout="ok") for _ in range(n))
+    )
+
+
+def _action_latencies(sub, workload: Workload) -> tuple[list[float], float]:
+    record = run_rollout(sub, workload)
+    if not record.ok:
+        raise SystemExit(f"benchmark rollout on {sub.name} failed: {record.run['error_message']}")
+    lat = [a["latency_s"] for a in record.actions if a["phase"] == "action"]
+    return lat, record.run["time_to_first_command_s"]
+
+
+def _p50(values: list[float]) -> float:
+    return stats.percentile(values, 50)
+
+
+def _line(label: str, a: float, b: float, target: str, ok: bool) -> str:
+    verdict = "meets target" if ok else "MISSES target"
+    return f"  {label:<52} {a / b:7.3f}x   target {target}: {verdict}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--actions", type=int, default=300, help="actions per side")
+    parser.add_argument("--block", type=int, default=50, help="actions per interleaved block")
+    parser.add_argument("--starts", type=int, default=20, help="cold starts per side")
+    args = parser.parse_args()
+
+    try:
+        image_id = ensure_runner(log=lambda m: print(m, file=sys.stderr))
+    except Exception as exc:  # no engine: say so, don't pretend
+        print(f"docker bench skipped: {exc}")
+        return 0
+    fixture = fixtures.build()
+    exec_sub, session_sub = DockerSubstrate(mode="exec"), DockerSubstrate(mode="session")
+    client = docker.from_env()
+    raw = client.containers.run(
+        RUNNER_IMAGE,
+        ["sleep", "infinity"],
+        detach=True,
+        init=True,
+        labels={LABEL: "1", f"{LABEL}.run_id": "bench-raw"},
+        nano_cpus=int(1e9),
+        mem_limit="1g",
+        working_dir="/work",
+    )
+    block = _actions(args.block)
+    exec_lat: list[float] = []
+    raw_lat: list[float] = []
+    session_lat: list[float] = []
+    try:
+        while len(exec_lat) < args.actions:
+            exec_lat += _action_latencies(exec_sub, block)[0]
+            for _ in range(args.block):
+                t0 = clock()
+                result = raw.exec_run(["/bin/sh", "-c", COMMAND], workdir="/work", demux=True)
+                raw_lat.append(clock() - t0)
+                assert result.exit_code == 0 and result.output[0] == b"ok\n"
+            session_lat += _action_latencies(session_sub, block)[0]
+    finally:
+        raw.remove(force=True)
+
+    rtax_ttfc: list[float] = []
+    run_true: list[float] = []
+    local_ttfc: list[float] = []
+    one = _actions(1)
+    with tempfile.TemporaryDirectory(prefix="rtax-bench-") as tmp:
+        local = LocalSubstrate(root=Path(tmp), template=fixture.template)
+        local_lat: list[float] = []
+        for _ in range(args.starts):
+            rtax_ttfc.append(_action_latencies(exec_sub, one)[1])
+            t0 = clock()
+            subprocess.run(
+                ["docker", "run", "--rm", "--init", RUNNER_IMAGE, "true"],
+                check=True,
+                capture_output=True,
+            )
+            run_true.append(clock() - t0)
+            lat, ttfc = _action_latencies(local, _actions(args.block))
+            local_lat += lat
+            local_ttfc.append(ttfc)
+
+    e, r, s = _p50(exec_lat), _p50(raw_lat), _p50(session_lat)
+    t, d, lo, lt = _p50(rtax_ttfc), _p50(run_true), _p50(local_lat), _p50(local_ttfc)
+    print(f"rtax bench (docker, image {image_id[:19]}, command {COMMAND!r})")
+    print(f"  exec-mode action p50 through rtax   {e * 1e3:9.3f} ms  (n={len(exec_lat)})")
+    print(f"  raw SDK exec_run p50                {r * 1e3:9.3f} ms  (n={len(raw_lat)})")
+    print(f"  session-mode action p50             {s * 1e3:9.3f} ms  (n={len(session_lat)})")
+    print(f"  time-to-first-command p50 (rtax)    {t * 1e3:9.3f} ms  (n={len(rtax_ttfc)})")
+    print(f"  `docker run --rm IMAGE true` p50    {d * 1e3:9.3f} ms  (n={len(run_true)})")
+    print(f"  local floor: action p50             {lo * 1e3:9.3f} ms  (n={len(local_lat)})")
+    print(f"  local floor: time-to-first-command  {lt * 1e3:9.3f} ms  (n={len(local_ttfc)})")
+    print(_line("exec action through rtax / raw exec_run", e, r, "<= 1.05x", e / r <= 1.05))
+    print(_line("exec action / session action (session speed-up)", e, s, ">= 20x", e / s >= 20))
+    print(_line("time-to-first-command rtax / docker run --rm true", t, d, "<= 1.0x", t / d <= 1))
+    print(f"  {'exec action / local action':<52} {e / lo:7.1f}x")
+    print(f"  {'session action / local action':<52} {s / lo:7.1f}x")
+    print(f"  {'docker time-to-first-command / local':<52} {t / lt:7.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,317 @@
+"""The docker substrate on a real engine: the contract in both action modes, gVisor, failures
+from outside, the session's framing, and the reaper."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from contract import SubstrateContract, assert_clean, assert_phases_add_up
+from rtax import reaper, workloads
+from rtax.probe import run_rollout
+from rtax.store import Store
+from rtax.substrates import by_name
+from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment
+from rtax.substrates.docker import DockerSubstrate
+from rtax.workloads import Action, RepoSource, Workload
+
+
+@pytest.fixture
+def repo_source(docker_repo_source: RepoSource) -> RepoSource:
+    return docker_repo_source
+
+
+class TestDockerExecContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self, runner_image: str) -> DockerSubstrate:
+        return DockerSubstrate(mode="exec")
+
+
+class TestDockerSessionContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self, runner_image: str) -> DockerSubstrate:
+        return DockerSubstrate(mode="session")
+
+
+@pytest.fixture
+def docker_exec(runner_image: str) -> DockerSubstrate:
+    return DockerSubstrate(mode="exec")
+
+
+@pytest.fixture
+def docker_session(runner_image: str) -> DockerSubstrate:
+    return DockerSubstrate(mode="session")
+
+
+@pytest.fixture
+def env_of(request):
+    """Create environments that are destroyed after the test, whatever happens."""
+    made: list[tuple[DockerSubstrate, Environment]] = []
+
+    def make(sub: DockerSubstrate, run_id: str) -> Environment:
+        env = sub.create(run_id)
+        made.append((sub, env))
+        sub.wait_running(env, 60)
+        return env
+
+    yield make
+    for sub, env in made:
+        sub.destroy(env, 60)
+
+
+# -- gVisor ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def docker_gvisor(runner_image: str, gvisor: None) -> DockerSubstrate:
+    sub = by_name("docker-gvisor")
+    assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc"
+    return sub
+
+
+def test_gvisor_really_runs_under_runsc(docker_gvisor: DockerSubstrate, env_of) -> None:
+    env = env_of(docker_gvisor, "gvisor-check")
+    assert docker_gvisor.api.inspect_container(env.env_id)["HostConfig"]["Runtime"] == "runsc"
+    # gVisor's own kernel says so; runc would show the host's kernel log (or deny it).
+    assert "gVisor" in docker_gvisor.run(env, "dmesg", 30).stdout
+
+
+@pytest.mark.parametrize("tier", ["T0", "T2"])
+def test_gvisor_tiers(
+    docker_gvisor: DockerSubstrate, docker_repo_source: RepoSource, tier: str
+) -> None:
+    record = run_rollout(docker_gvisor, workloads.build(tier, source=docker_repo_source))
+    assert record.ok, record.run
+    assert record.run["substrate"] == "docker-gvisor"
+    assert_phases_add_up(record)
+    assert_clean(docker_gvisor, record)
+    assert '"runtime": "runsc"' in record.run["provenance"]
+
+
+# -- phases, milestones, provenance ---------------------------------------------------------------
+
+
+def test_milestones_and_provenance(
+    docker_exec: DockerSubstrate, store: Store, runner_image: str
+) -> None:
+    record = run_rollout(docker_exec, workloads.build("T0"))
+    assert record.ok, record.run
+    store.save_rollout(record)
+    run = store.runs().iloc[0]
+    names = [m["name"] for m in json.loads(run["milestones"])]
+    assert names == ["created", "started", "running", "removed"]
+    provenance = json.loads(run["provenance"])
+    assert provenance["substrate"]["image_id"] == runner_image
+    assert provenance["substrate"]["runtime"] == "runc"
+    assert run["mode"] == "exec" and run["fidelity"] == "real"
+
+
+def test_session_mode_is_labelled(docker_session: DockerSubstrate) -> None:
+    record = run_rollout(docker_session, workloads.build("T0"))
+    assert record.ok and record.run["mode"] == "session"
+    assert "session_opened" in record.run["milestones"]
+
+
+# -- the session's framing ------------------------------------------------------------------------
+
+
+def test_session_framing(docker_session: DockerSubstrate, env_of) -> None:
+    env = env_of(docker_session, "session-framing")
+    run = docker_session.run
+    assert run(env, "printf 'no newline'", 30).stdout == "no newline"
+    assert run(env, "printf 'a\\n\\n'", 30).stdout == "a\n\n"
+    r = run(env, "echo out; echo err >&2; exit 5", 30)
+    assert (r.exit_code, r.stdout, r.stderr) == (5, "out\n", "err\n")
+    run(env, "cd /tmp && export X=1", 30)
+    assert run(env, "pwd; echo ${X:-unset}", 30).stdout == "/work\nunset\n"  # nothing leaks
+    big = run(env, "head -c 3000000 /dev/zero | tr '\\0' x", 60)
+    assert big.stdout == "x" * 3_000_000
+    tricky = run(env, "echo '__rtax_ rc 9'; echo \"$(printf '%s' \"it's\")\"", 30)
+    assert tricky.stdout == "__rtax_ rc 9\nit's\n" and tricky.exit_code == 0
+
+
+def test_session_survives_a_timeout(docker_session: DockerSubstrate, env_of) -> None:
+    env = env_of(docker_session, "session-timeout")
+    docker_session.run(env, "true", 30)
+    session = env.handle["session"]
+    with pytest.raises(CommandTimeout, match="session kept"):
+        docker_session.run(env, "sleep 60 & sleep 60; wait", 0.5)
+    after = docker_session.run(env, "echo still here; pgrep -c -f 'slee[p] 60' || true", 30)
+    assert after.stdout == "still here\n0\n"  # the hung tree is gone, the shell is the same
+    assert env.handle["session"] is session
+
+
+def test_exec_timeout_kills_the_command(docker_exec: DockerSubstrate, env_of) -> None:
+    env = env_of(docker_exec, "exec-timeout")
+    with pytest.raises(CommandTimeout):
+        docker_exec.run(env, "sleep 60 & sleep 60; wait", 0.5)
+    assert docker_exec.run(env, "pgrep -c -f 'slee[p] 60' || true", 30).stdout == "0\n"
+
+
+# -- failures from outside ------------------------------------------------------------------------
+
+
+class _KillContainerBefore:
+    """Wraps a docker substrate; before the n-th command, kills the container from outside."""
+
+    def __init__(self, inner: DockerSubstrate, n: int) -> None:
+        self.inner, self.n, self.calls = inner, n, 0
+        self.name, self.kind, self.fidelity = inner.name, inner.kind, inner.fidelity
+        self.mode = inner.mode
+
+    def __getattr__(self, attr: str):
+        return getattr(self.inner, attr)
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        self.calls += 1
+        if self.calls == self.n:
+            subprocess.run(["docker", "kill", env.env_id], check=True, capture_output=True)
+        return self.inner.run(env, command, timeout_s)
+
+
+@pytest.mark.parametrize("mode", ["exec", "session"])
+def test_container_killed_mid_trajectory(
+    runner_image: str, docker_repo_source: RepoSource, store: Store, mode: str
+) -> None:
+    sub = _KillContainerBefore(DockerSubstrate(mode=mode), n=6)
+    workload = workloads.build("T2", steps=10, source=docker_repo_source)
+    record = run_rollout(sub, workload)
+    assert record.run["status"] == "failed"
+    assert record.run["error_class"] == "environment_lost", record.run
+    assert record.run["cleanup_ok"] == 1
+    assert_phases_add_up(record)
+    store.save_rollout(record)  # the row is kept, with the actions that did run
+    kept = store.runs(status="failed")
+    assert list(kept["error_class"]) == ["environment_lost"]
+    assert 0 < record.run["n_actions_done"] < 10
+    assert [c for c in sub.inner.leftovers() if c.run_id == record.run["run_id"]] == []
+
+
+def test_missing_image_is_create_failed(docker_api) -> None:
+    sub = DockerSubstrate(image="rtax-no-such-image:none")
+    record = run_rollout(sub, workloads.build("T0"))
+    assert record.run["error_class"] == "create_failed"
+    assert "not found" in record.run["error_message"]
+    assert record.run["cleanup_ok"] is None  # nothing was created, nothing to clean
+
+
+# -- the reaper -----------------------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _plant(api, image: str, labels: dict[str, str]) -> str:
+    return api.create_container(image, command=["sleep", "infinity"], labels=labels)["Id"]
+
+
+def test_reaper_removes_orphans_only(
+    docker_exec: DockerSubstrate, runner_image: str, capsys
+) -> None:
+    api, host = docker_exec.api, socket.gethostname()
+    stamp = "2020-01-01T00:00:00+00:00"
+    orphan = _plant(
+        api,
+        runner_image,
+        {
+            LABEL: "1",
+            f"{LABEL}.run_id": "planted-orphan",
+            f"{LABEL}.owner": f"{host}:{_dead_pid()}",
+            f"{LABEL}.created_at": stamp,
+        },
+    )
+    live = _plant(
+        api,
+        runner_image,
+        {
+            LABEL: "1",
+            f"{LABEL}.run_id": "planted-live",
+            f"{LABEL}.owner": f"{host}:{os.getpid()}",
+            f"{LABEL}.created_at": stamp,
+        },
+    )
+    foreign = _plant(api, runner_image, {"someone.else": "1"})
+    try:
+        dry = reaper.reap([docker_exec], dry_run=True)
+        assert [o.leftover.run_id for o in dry] == ["planted-orphan"]
+        assert api.inspect_container(orphan)  # dry run removed nothing
+
+        from rtax.cli import main
+
+        assert main(["reap", "--substrate", "docker"]) == 0
+        out = capsys.readouterr().out
+        assert "planted-orphan" in out and "planted-live" not in out
+        ids = {c["Id"] for c in api.containers(all=True)}
+        assert orphan not in ids
+        assert live in ids and foreign in ids
+        # --older-than: the live one is still protected by its live owner
+        assert reaper.reap([docker_exec], older_than_s=60) == []
+    finally:
+        for cid in (orphan, live, foreign):
+            with contextlib.suppress(docker.errors.NotFound):
+                api.remove_container(cid, force=True)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_probe_docker_then_nothing_left(runner_image: str, tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtax",
+            "probe",
+            "--substrate",
+            "docker",
+            "--tier",
+            "T2",
+            "--repeat",
+            "2",
+            "--mode",
+            "session",
+            "--db",
+            str(db),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    with Store(db, create=False) as store:
+        runs = store.runs()
+    assert list(runs["status"]) == ["ok", "ok"] and set(runs["mode"]) == {"session"}
+    assert (
+        runs[["create_s", "orchestration_s", "ready_s", "setup_s", "actions_s", "cleanup_s"]]
+        .notna()
+        .all()
+        .all()
+    )
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={LABEL}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert left == ""
+
+
+def test_hang_in_workload_is_classified(docker_exec: DockerSubstrate) -> None:
+    hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 60", timeout_s=1.0),))
+    record = run_rollout(docker_exec, hang)
+    assert record.run["error_class"] == "action_timeout"
+    assert 1.0 <= record.actions[-1]["latency_s"] < 10
+    assert_clean(docker_exec, record)
