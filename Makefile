@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv fixtures docker run test lint bench clean
+.PHONY: venv fixtures docker browser run test lint bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,13 @@ docker: fixtures
 	bash scripts/ensure-docker.sh
 	@if docker info >/dev/null 2>&1; then $(PY) -m rtax image build; fi
 
-# For now: a short probe of every tier on the local substrate (and on docker and docker-gvisor when
-# an engine answers) into data/rtax.db. The dashboard and the scheduler join this target later.
+# Debian's Chromium for the dashboard's browser test (required under CI=true).
+browser:
+	bash scripts/ensure-browser.sh
+
+# A short probe of every tier on the local substrate (and on docker and docker-gvisor when an
+# engine answers) into data/rtax.db, then the dashboard on http://localhost:8501.
+# (The scheduler joins this target with the live-probing issue.)
 run: fixtures docker
 	$(PY) -m rtax probe --substrate local --tier T0 --repeat 5
 	$(PY) -m rtax probe --substrate local --tier T1 --repeat 3
@@ -40,17 +45,19 @@ run: fixtures docker
 	    $(PY) -m rtax probe --substrate docker --tier T2 --repeat 2 && \
 	    $(PY) -m rtax probe --substrate docker-gvisor --tier T0 --repeat 3; \
 	fi
+	$(VENV)/bin/streamlit run app.py --server.headless true --browser.gatherUsageStats false
 
 lint: venv
-	$(VENV)/bin/ruff check rtax tests benchmarks
-	$(VENV)/bin/ruff format --check rtax tests benchmarks
+	$(VENV)/bin/ruff check rtax tests benchmarks app.py pages
+	$(VENV)/bin/ruff format --check rtax tests benchmarks app.py pages
 
-test: fixtures lint docker
+test: fixtures lint docker browser
 	$(PY) -m pytest
 
 bench: fixtures docker
 	$(PY) benchmarks/bench_local.py
 	$(PY) benchmarks/bench_docker.py
+	$(PY) benchmarks/bench_dashboard.py
 
 clean:
-	rm -rf $(VENV) data/fixtures data/cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) data/fixtures data/cache .pytest_cache .ruff_cache test-artifacts

@@ -174,3 +174,39 @@ def trajectory_fits(runs: pd.DataFrame, by: str = "substrate") -> dict[str, Traj
         name: fit_trajectory(group["steps"], group["episode_s"])
         for name, group in ok.groupby(by, sort=True)
     }
+
+
+def series_label(substrate: str, mode: str | None, fidelity: str | None) -> str:
+    """The name of a series: what may be aggregated together (one substrate, one action mode,
+    one fidelity). Exec mode and real fidelity are the unmarked defaults."""
+    label = substrate
+    if mode and mode != "exec":
+        label += f" · {mode}"
+    if fidelity and fidelity != "real":
+        label += f" [{fidelity}]"
+    return label
+
+
+def workload_label(tier: str, steps: int) -> str:
+    """ "T1" for a tier's fixed script, "T2 S=50" for a 50-action trajectory."""
+    return tier if not steps else f"{tier} S={int(steps)}"
+
+
+def add_series(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with a `series` column, so that modes and fidelities are never mixed silently,
+    and a `workload` column (tier, or tier and trajectory length). Vectorized: it runs on every
+    dashboard read of up to 100,000 runs."""
+    out = runs.copy()
+    if out.empty:
+        out["series"] = pd.Series(dtype=str)
+        out["workload"] = pd.Series(dtype=str)
+        return out
+    mode = out["mode"].fillna("exec").astype(str)
+    fidelity = out["fidelity"].fillna("real").astype(str)
+    series = out["substrate"].astype(str)
+    series = series.where(mode == "exec", series + " · " + mode)
+    out["series"] = series.where(fidelity == "real", series + " [" + fidelity + "]")
+    tier = out["tier"].astype(str)
+    steps = out["steps"].fillna(0).astype(int)
+    out["workload"] = tier.where(steps == 0, tier + " S=" + steps.astype(str))
+    return out

@@ -70,6 +70,10 @@ ACTION_COLUMNS: dict[str, type] = {
 }
 
 
+#: Every column of runs, in order, as of the latest schema.
+RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode")
+
+
 class StoreError(RuntimeError):
     """The database can't be used; the message says which file and why."""
 
@@ -197,43 +201,148 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def runs(self, **filters: Any) -> pd.DataFrame:
-        """Runs matching the filters (see `_where`), oldest first."""
-        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-        return self._frame(f"SELECT * FROM runs {where} ORDER BY started_at, run_id", params)
+    def runs(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        **filters: Any,
+    ) -> pd.DataFrame:
+        """Runs matching the filters (see `_where`), oldest first unless `newest_first`.
 
-    def actions(self, *, phase: str | Sequence[str] | None = None, **filters: Any) -> pd.DataFrame:
-        """Actions of the runs matching the filters, with their run's grouping columns."""
+        `columns` picks a subset (the dashboard skips the bulky provenance JSON); `limit` caps
+        the rows."""
+        select = _select(columns, RUN_COLUMNS_ALL, "")
+        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
+        order = "DESC" if newest_first else "ASC"
+        sql = f"SELECT {select} FROM runs {where} ORDER BY started_at {order}, run_id {order}"
+        return self._frame(sql + _limit(limit, params), params)
+
+    def actions(
+        self,
+        *,
+        phase: str | Sequence[str] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        **filters: Any,
+    ) -> pd.DataFrame:
+        """Actions of the runs matching the filters, with their run's grouping columns.
+
+        With `limit`, only the newest (or oldest) runs are joined: each run has at least one
+        action row, so `limit` runs always hold `limit` actions, and no sort of the whole
+        actions table is needed."""
         if phase is not None:
             filters["_phase"] = phase
-        where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS | {"_phase"})
+        order = "DESC" if newest_first else "ASC"
+        run_filters = {k: v for k, v in filters.items() if k != "_phase"}
+        runs_where, params = _where(run_filters, prefix="", allowed=_RUN_FILTERS)
+        runs_sql = f"SELECT * FROM runs {runs_where} ORDER BY started_at {order}, run_id {order}"
+        runs_sql += _limit(limit, params)
+        phase_where = ""
+        if "_phase" in filters:
+            phase_where, phase_params = _where(
+                {"_phase": filters["_phase"]}, prefix="", allowed=frozenset({"_phase"})
+            )
+            params.extend(phase_params)
         sql = (
-            "SELECT a.*, r.substrate, r.kind, r.mode, r.tier, r.steps, r.fidelity, "
-            "r.status AS run_status, r.started_at AS run_started_at "
-            f"FROM actions a JOIN runs r ON r.run_id = a.run_id {where} "
-            "ORDER BY r.started_at, a.run_id, a.seq"
+            f"SELECT a.*, {_ACTION_CONTEXT} FROM ({runs_sql}) r "
+            f"JOIN actions a ON a.run_id = r.run_id {phase_where} "
+            f"ORDER BY r.started_at {order}, a.run_id {order}, a.seq"
         )
-        return self._frame(sql, params)
+        return self._frame(sql + _limit(limit, params), params)
 
     def count(self, table: str) -> int:
         if table not in ("runs", "actions"):
             raise StoreError(f"unknown table {table!r}")
         return int(self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
 
-    def export_csv(self, table: str, out: str | Path, **filters: Any) -> int:
-        """Write `table` (runs or actions) for the filters to a CSV file; return the row count."""
+    def count_runs(self, **filters: Any) -> int:
+        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
+        return int(self.db.execute(f"SELECT count(*) FROM runs {where}", params).fetchone()[0])
+
+    def count_actions(self, **filters: Any) -> int:
+        where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
+        sql = f"SELECT count(*) FROM actions a JOIN runs r ON r.run_id = a.run_id {where}"
+        return int(self.db.execute(sql, params).fetchone()[0])
+
+    def distinct(self) -> dict[str, list[Any]]:
+        """The values present in the grouping columns of runs (for the dashboard's filters)."""
+        out = {}
+        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
+            rows = self.db.execute(f"SELECT DISTINCT [{column}] FROM runs ORDER BY 1").fetchall()
+            out[column] = [r[0] for r in rows if r[0] is not None]
+        return out
+
+    def milestone_means(self, **filters: Any) -> pd.DataFrame:
+        """Mean offset (s from the create request) and n of each native milestone of successful
+        runs, per substrate, mode, fidelity, tier and steps."""
+        filters = {**filters, "status": "ok"}
+        where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
+        sql = (
+            "SELECT r.substrate, r.mode, r.fidelity, r.tier, r.steps, "
+            "json_extract(m.value, '$.name') AS milestone, "
+            "avg(json_extract(m.value, '$.t_s')) AS mean_t_s, count(*) AS n "
+            f"FROM runs r, json_each(r.milestones) m {where} "
+            "GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 7"
+        )
+        return self._frame(sql, params)
+
+    def csv_chunks(self, table: str, chunk_rows: int = 50_000, **filters: Any) -> Iterator[str]:
+        """`table` for the filters as CSV text, chunk by chunk (memory stays bounded)."""
         if table == "runs":
-            frame = self.runs(**filters)
+            where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
+            sql = f"SELECT * FROM runs {where} ORDER BY started_at, run_id"
         elif table == "actions":
-            frame = self.actions(**filters)
+            where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
+            sql = (
+                f"SELECT a.*, {_ACTION_CONTEXT} FROM actions a JOIN runs r ON r.run_id = a.run_id "
+                f"{where} ORDER BY r.started_at, a.run_id, a.seq"
+            )
         else:
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
-        frame.to_csv(out, index=False)
-        return len(frame)
+        first = True
+        for chunk in pd.read_sql_query(sql, self.db.conn, params=params, chunksize=chunk_rows):
+            yield chunk.to_csv(index=False, header=first)
+            first = False
+        if first:  # no rows at all: still a header
+            columns = [*RUN_COLUMNS_ALL] if table == "runs" else [*ACTION_COLUMNS, *_CONTEXT_NAMES]
+            yield ",".join(columns) + "\n"
+
+    def export_csv(self, table: str, out: str | Path, **filters: Any) -> int:
+        """Write `table` (runs or actions) for the filters to a CSV file; return the row count."""
+        if table not in ("runs", "actions"):
+            raise StoreError(f"unknown table {table!r} (choose runs or actions)")
+        rows = 0
+        with open(out, "w", newline="") as handle:
+            for chunk in self.csv_chunks(table, **filters):
+                handle.write(chunk)
+                rows += chunk.count("\n")
+        return rows - 1  # the header
 
     def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
-        return pd.read_sql_query(sql, self.db.conn, params=params)
+        # from_records over fetchall is about 1.5x faster than pd.read_sql_query here, and
+        # the dashboard reads up to 100,000 runs per page.
+        cursor = self.db.conn.execute(sql, params)
+        columns = [d[0] for d in cursor.description]
+        return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
 
+
+#: The run columns that come with every action row, so an action is never out of context.
+_ACTION_CONTEXT = (
+    "r.substrate, r.kind, r.mode, r.tier, r.steps, r.fidelity, "
+    "r.status AS run_status, r.started_at AS run_started_at"
+)
+_CONTEXT_NAMES = (
+    "substrate",
+    "kind",
+    "mode",
+    "tier",
+    "steps",
+    "fidelity",
+    "run_status",
+    "run_started_at",
+)
 
 _RUN_FILTERS = frozenset(
     {"substrate", "kind", "mode", "tier", "steps", "fidelity", "status", "run_id"}
@@ -262,6 +371,22 @@ def _where(filters: dict[str, Any], prefix: str, allowed: frozenset[str]) -> tup
         else:
             raise StoreError(f"unknown filter {key!r}")
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _select(columns: Sequence[str] | None, known: Sequence[str], prefix: str) -> str:
+    if columns is None:
+        return "*"
+    unknown = [c for c in columns if c not in known]
+    if unknown:
+        raise StoreError(f"unknown column(s) {', '.join(unknown)}")
+    return ", ".join(f"{prefix}[{c}]" for c in columns)
+
+
+def _limit(limit: int | None, params: list[Any]) -> str:
+    if limit is None:
+        return ""
+    params.append(int(limit))
+    return " LIMIT ?"
 
 
 def _is_many(value: Any) -> bool:

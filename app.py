@@ -1,0 +1,22 @@
+"""rtax dashboard: the router. Shared filters in the sidebar, then the chosen page.
+
+Run with `streamlit run app.py` (`make run` does it, with the scheduler later). Pages live in
+`pages/` and only call into `rtax` (README.md#dashboard).
+"""
+
+import streamlit as st
+
+from rtax.dashboard import data, filters
+
+st.set_page_config(page_title="rtax: rollout infrastructure tax", layout="wide")
+filters.sidebar(data.database())
+st.navigation(
+    [
+        st.Page("pages/overview.py", title="Overview", default=True),
+        st.Page("pages/cold_start.py", title="Cold start"),
+        st.Page("pages/decomposition.py", title="Decomposition"),
+        st.Page("pages/amortization.py", title="Amortization"),
+        st.Page("pages/projection.py", title="Projection"),
+        st.Page("pages/data.py", title="Data"),
+    ]
+).run()

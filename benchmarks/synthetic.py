@@ -1,0 +1,201 @@
+"""A synthetic rtax database for render benchmarks: realistic shapes, clearly not measurements.
+
+Why: the dashboard must stay fast over months of probes (100,000 runs, 2,000,000 actions), and
+no one should wait months to check that. Every row made here is marked as synthetic three ways,
+so it can never pass for data: fidelity ``modelled``, host ``synthetic``, and
+``"synthetic": true`` in its provenance. It refuses to write to the embedded default database.
+
+    python benchmarks/synthetic.py /tmp/big.db --runs 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+from rtax import __version__, paths
+from rtax.store import ACTION_COLUMNS, RUN_COLUMNS_ALL, Store
+
+#: series -> (median create, orchestration, ready, per-action seconds, clone seconds)
+PROFILES = {
+    ("local", "exec"): (0.02, 0.00003, 0.001, 0.003, 0.2),
+    ("docker", "exec"): (0.008, 0.15, 0.04, 0.04, 0.22),
+    ("docker", "session"): (0.008, 0.15, 0.045, 0.0006, 0.22),
+    ("docker-gvisor", "exec"): (0.009, 0.29, 0.08, 0.08, 0.45),
+}
+#: (tier, steps, share of runs): about 23 action rows per run on average.
+WORKLOADS = (
+    ("T0", 0, 0.25),
+    ("T1", 0, 0.20),
+    ("T2", 0, 0.20),
+    ("T2", 10, 0.15),
+    ("T2", 50, 0.12),
+    ("T2", 150, 0.08),
+)
+FIXED_ACTIONS = {"T0": 1, "T1": 3, "T2": 5}
+ERRORS = ("action_timeout", "environment_lost", "workload_failed", "ready_timeout")
+
+
+def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[int, int]:
+    """Write `runs` synthetic runs and their actions to a new database at `path`."""
+    if path.resolve() == paths.default_db().resolve():
+        raise SystemExit(f"refusing to write synthetic data to {path}")
+    if path.exists():
+        path.unlink()
+    Store(path).close()  # the real schema, migrations included
+    rng = np.random.default_rng(seed)
+    profiles = list(PROFILES)
+    shares = np.array([w[2] for w in WORKLOADS])
+    now = datetime.now(UTC)
+    start = now - timedelta(days=days)
+    offsets = np.sort(rng.uniform(0, days * 86400, runs))
+    conn = sqlite3.connect(path, isolation_level=None)
+    run_cols, act_cols = list(RUN_COLUMNS_ALL), list(ACTION_COLUMNS)
+    run_sql = f"INSERT INTO runs ({','.join(run_cols)}) VALUES ({','.join('?' * len(run_cols))})"
+    act_sql = f"INSERT INTO actions ({','.join(act_cols)}) VALUES ({','.join('?' * len(act_cols))})"
+    provenance = json.dumps(
+        {
+            "synthetic": True,
+            "generator": "benchmarks/synthetic.py",
+            "seed": seed,
+            "rtax_version": __version__,
+        }
+    )
+    n_actions = 0
+    conn.execute("BEGIN")
+    run_rows, act_rows = [], []
+    for i in range(runs):
+        substrate, mode = profiles[i % len(profiles)]
+        create_m, orch_m, ready_m, action_m, clone_m = PROFILES[(substrate, mode)]
+        tier, steps, _ = WORKLOADS[rng.choice(len(WORKLOADS), p=shares)]
+        n = steps or FIXED_ACTIONS[tier]
+        lat = rng.lognormal(np.log(action_m), 0.6, n)
+        create, orch, ready = (rng.lognormal(np.log(m), 0.3) for m in (create_m, orch_m, ready_m))
+        setup = rng.lognormal(np.log(clone_m), 0.2) if tier == "T2" else 0.0
+        cleanup = rng.lognormal(np.log(max(orch_m / 2, 0.002)), 0.2)
+        overhead = rng.uniform(2e-5, 2e-4) + 1e-5 * n
+        failed = rng.random() < 0.02
+        actions_s = float(lat.sum())
+        episode = create + orch + ready + setup + actions_s
+        wall = episode + cleanup + overhead
+        run_id = uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i).hex
+        started = start + timedelta(seconds=float(offsets[i]))
+        run = {
+            "run_id": run_id,
+            "started_at": started.isoformat(timespec="microseconds"),
+            "ended_at": (started + timedelta(seconds=wall)).isoformat(timespec="microseconds"),
+            "substrate": substrate,
+            "kind": substrate.split("-")[0],
+            "mode": mode,
+            "tier": tier,
+            "steps": steps,
+            "seed": 0,
+            "fidelity": "modelled",
+            "status": "failed" if failed else "ok",
+            "error_class": str(rng.choice(ERRORS)) if failed else None,
+            "error_message": "synthetic failure" if failed else None,
+            "create_s": create,
+            "orchestration_s": orch,
+            "ready_s": ready,
+            "setup_s": setup,
+            "actions_s": actions_s,
+            "cleanup_s": cleanup,
+            "overhead_s": overhead,
+            "wall_s": wall,
+            "time_to_first_command_s": create + orch + ready,
+            "episode_s": None if failed else episode,
+            "n_actions": n,
+            "n_actions_done": n - 1 if failed else n,
+            "cleanup_ok": 1,
+            "milestones": json.dumps(
+                [
+                    {"name": "created", "t_s": create},
+                    {"name": "running", "t_s": create + orch},
+                    {"name": "removed", "t_s": wall - overhead},
+                ]
+            ),
+            "host": "synthetic",
+            "rtax_version": f"{__version__}+synthetic",
+            "endpoint": "synthetic://",
+            "provenance": provenance,
+        }
+        run_rows.append([run.get(c) for c in run_cols])
+        t = create + orch
+        act_rows.append(
+            [run_id, 0, "ready", 0, "ready", "true", 0, ready, ready, t, 0, 0, 1, None, None]
+        )
+        t += ready
+        seq = 1
+        if tier == "T2":
+            act_rows.append(
+                [
+                    run_id,
+                    seq,
+                    "setup",
+                    0,
+                    "setup",
+                    "synthetic clone",
+                    0,
+                    setup,
+                    setup,
+                    t,
+                    0,
+                    0,
+                    1,
+                    None,
+                    None,
+                ]
+            )
+            seq, t = seq + 1, t + setup
+        for k in range(n):
+            act_rows.append(
+                [
+                    run_id,
+                    seq + k,
+                    "action",
+                    k,
+                    "exec",
+                    "synthetic",
+                    0,
+                    float(lat[k]),
+                    float(lat[k]),
+                    t,
+                    3,
+                    0,
+                    1,
+                    None,
+                    None,
+                ]
+            )
+            t += float(lat[k])
+        n_actions += n + seq
+        if len(act_rows) > 200_000:
+            conn.executemany(run_sql, run_rows)
+            conn.executemany(act_sql, act_rows)
+            run_rows, act_rows = [], []
+    conn.executemany(run_sql, run_rows)
+    conn.executemany(act_sql, act_rows)
+    conn.execute("COMMIT")
+    conn.close()
+    return runs, n_actions
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    runs, actions = generate(args.path, args.runs, args.seed)
+    print(f"wrote {runs:,} synthetic runs and {actions:,} actions to {args.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""Amortization: trajectory time and per-action latency against the number of actions."""
+
+import streamlit as st
+
+from rtax.dashboard import data, figures, filters, style, tables
+
+st.title("Amortization")
+chosen = filters.current()
+runs = data.runs(data.database(), chosen.key)
+left, right = st.columns(2)
+which = left.segmented_control(
+    "Statistic of the points",
+    ["p50", "mean", "p95"],
+    default="p50",
+    key="amort_stat",
+    required=True,
+)
+overlay = right.toggle(
+    "Published reference points",
+    value=True,
+    key="amort_overlay",
+    help="50-action trajectory times from the study's companion write-up",
+)
+points = tables.trajectory_points(runs, which)
+fit_table = tables.fits(runs)
+if points.empty:
+    st.info(
+        "No trajectory runs yet: run `rtax probe --tier T2 --steps 10` (and 50, 150) "
+        "to see amortization."
+    )
+time_fig, per_fig = figures.amortization(points, fit_table, overlay, which)
+a, b = st.columns(2)
+a.plotly_chart(time_fig, key="amort_time")
+b.plotly_chart(per_fig, key="amort_per_action")
+st.subheader("Fitted lines T(S) = fixed + S × per_action")
+st.caption("Least squares over every successful trajectory run (so the line follows the mean).")
+style.table(fit_table)
+st.subheader("Crossover points")
+cross = tables.crossovers(fit_table)
+if cross.empty:
+    st.write(
+        "No crossovers: one line stays below the other for every S > 0, or fewer than "
+        "two series have fits."
+    )
+else:
+    style.table(cross)
+st.subheader("Points")
+style.table(points)

@@ -1,0 +1,38 @@
+"""Cold start: per tier, the distribution of episode time per substrate, and the spread."""
+
+import streamlit as st
+
+from rtax.dashboard import data, figures, filters, style, tables
+
+st.title("Cold start")
+chosen = filters.current()
+runs = data.runs(data.database(), chosen.key)
+st.caption(
+    "Episode time of each tier's fixed script: from the create request to the end of its last "
+    "action. Successful runs only; n in every legend and table."
+)
+log = st.toggle("Log axis", value=True, key="cold_start_log")
+fixed = runs[runs["steps"] == 0] if not runs.empty else runs
+if fixed.empty:
+    st.info(tables.EMPTY_HINT)
+for tier in sorted(fixed["tier"].unique()):
+    tier_runs = fixed[fixed["tier"] == tier]
+    table = tables.cold_start(tier_runs)
+    ratio, fastest, slowest = tables.spread(table)
+    st.subheader(f"{tier}")
+    if fastest is None:
+        st.metric(f"{tier} spread", "needs two substrates with data")
+    else:
+        st.metric(
+            f"{tier} spread (p50 slowest / fastest)",
+            f"{ratio:,.1f}×",
+            help=f"{slowest} vs {fastest}; the study reports up to 110× at T0",
+        )
+    left, right = st.columns(2)
+    left.plotly_chart(
+        figures.box(tier_runs, "episode_s", f"{tier}: episode time", log), key=f"box_{tier}"
+    )
+    right.plotly_chart(
+        figures.ecdf(tier_runs, "episode_s", f"{tier}: ECDF", log), key=f"ecdf_{tier}"
+    )
+    style.table(table)

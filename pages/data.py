@@ -1,0 +1,61 @@
+"""Data: raw runs and actions for the current filters, aggregated tables, CSV downloads."""
+
+from functools import partial
+
+import streamlit as st
+
+from rtax import stats
+from rtax.dashboard import data, filters, tables
+
+st.title("Data")
+chosen = filters.current()
+db = data.database()
+key = chosen.key
+n_runs, n_actions = data.counts(db, key)
+st.caption(f"{n_runs:,} runs and {n_actions:,} actions for: {chosen.describe()}.")
+
+st.subheader("Raw samples")
+left, right = st.columns(2)
+left.download_button(
+    "Download runs (CSV)",
+    partial(data.csv_of, db, key, "runs"),
+    file_name="rtax-runs.csv",
+    mime="text/csv",
+    key="dl_runs",
+    on_click="ignore",
+)
+right.download_button(
+    "Download actions (CSV)",
+    partial(data.csv_of, db, key, "actions"),
+    file_name="rtax-actions.csv",
+    mime="text/csv",
+    key="dl_actions",
+    on_click="ignore",
+)
+st.write(f"Newest {tables.PREVIEW_ROWS:,} runs:")
+st.dataframe(data.recent(db, key, "runs", tables.PREVIEW_ROWS), hide_index=True)
+st.write(f"Newest {tables.PREVIEW_ROWS:,} actions:")
+st.dataframe(data.recent(db, key, "actions", tables.PREVIEW_ROWS), hide_index=True)
+
+st.subheader("Aggregated tables")
+runs = data.runs(db, key)
+aggregates = {
+    "overview": tables.overview(runs),
+    "cold_start": tables.cold_start_all(runs),
+    "phase_means": stats.phase_means(runs, by=("series", "workload")),
+    "phase_percentiles": tables.phase_percentiles(runs),
+    "trajectory_points": tables.trajectory_points(runs),
+    "trajectory_fits": tables.fits(runs),
+}
+for name, frame in aggregates.items():
+    st.download_button(
+        f"Download {name} (CSV, {len(frame)} rows)",
+        data.frame_csv(frame),
+        file_name=f"rtax-{name}.csv",
+        mime="text/csv",
+        key=f"dl_{name}",
+        on_click="ignore",
+    )
+
+st.subheader("Data dictionary")
+st.markdown(tables.DATA_DICTIONARY)

@@ -1,0 +1,67 @@
+"""Projection: worker-hours, extra hours, spread, wall-clock time and cost for a fleet plan."""
+
+import math
+
+import streamlit as st
+
+from rtax import projection, reference
+from rtax.dashboard import data, figures, filters, style, tables
+
+st.title("Projection")
+chosen = filters.current()
+runs = data.runs(data.database(), chosen.key)
+
+a, b, c, d = st.columns(4)
+trajectories = a.number_input(
+    "Trajectories", min_value=1, value=1_000_000, step=10_000, key="proj_trajectories"
+)
+steps = b.number_input("Actions per trajectory", min_value=1, value=150, step=10, key="proj_steps")
+workers = c.number_input("Parallel workers", min_value=1, value=1_000, step=100, key="proj_workers")
+which = d.segmented_control(
+    "Statistic", list(projection.STATISTICS), default="p50", key="proj_stat", required=True
+)
+
+found, lacking = projection.estimates(runs, int(steps), which, by="series")
+if found:
+    with st.expander("Price per worker-hour (optional)"):
+        prices = {
+            name: st.number_input(
+                f"{name} ($/h)", min_value=0.0, value=0.0, step=0.01, key=f"price_{name}"
+            )
+            for name in found
+        }
+    prices = {k: v for k, v in prices.items() if v > 0}
+    table = projection.project(
+        {k: e.seconds for k, e in found.items()},
+        trajectories=int(trajectories),
+        workers=int(workers),
+        prices=prices,
+    )
+    table["basis"] = [found[s].basis for s in table["substrate"]]
+    table["n"] = [found[s].n for s in table["substrate"]]
+    ratio = projection.spread(table["worker_hours"])
+    m1, m2 = st.columns(2)
+    m1.metric("Spread (max / min worker-hours)", "n/a" if math.isnan(ratio) else f"{ratio:,.2f}×")
+    m2.metric("Extra hours of the slowest over the best", f"{table['extra_hours'].max():,.0f} h")
+    st.plotly_chart(
+        figures.projection_bars(
+            table, f"{int(trajectories):,} trajectories × {int(steps)} actions ({which})"
+        ),
+        key="proj_bars",
+    )
+    style.table(table)
+else:
+    st.info(
+        "No substrate has trajectory data for a projection yet: run "
+        "`rtax probe --tier T2 --steps 10`, `--steps 50` and `--steps 150`."
+    )
+if lacking:
+    st.warning("Lacking data: " + "; ".join(f"**{k}**: {v}" for k, v in lacking.items()))
+
+st.subheader("Scenarios: the study, reproduced from its inputs")
+style.table(tables.scenarios())
+st.caption(
+    "Headlines quoted (inputs unpublished, not recomputed): "
+    + "; ".join(reference.HEADLINES)
+    + f". Source: {reference.SOURCE}."
+)

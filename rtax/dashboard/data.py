@@ -1,0 +1,154 @@
+"""Cached readers for the dashboard: the store's queries behind `st.cache_data` with a short TTL.
+
+Why here (README.md#dashboard): pages stay thin and never touch SQL; every reader takes plain,
+hashable arguments (the database path and a `Filters`' tuple form) and opens its own connection,
+since a sqlite connection must not be shared across Streamlit's session threads. The TTL keeps
+live pages live: a new probe shows within `TTL_S` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from rtax import paths, stats
+from rtax.store import RUN_COLUMNS_ALL, Store
+
+TTL_S = 10
+
+#: The run columns the pages use (provenance and messages stay in the database and the CSVs).
+RUN_FIELDS = (
+    "run_id",
+    "started_at",
+    "substrate",
+    "kind",
+    "mode",
+    "tier",
+    "steps",
+    "fidelity",
+    "status",
+    "error_class",
+    *stats.PHASE_COLUMNS,
+    "wall_s",
+    "time_to_first_command_s",
+    "episode_s",
+    "n_actions",
+    "n_actions_done",
+)
+
+#: (window seconds or None, substrates, tiers, fidelities): the hashable form of the filters.
+FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def database() -> str:
+    """The database the dashboard reads: `$RTAX_DB`, else the embedded default."""
+    return str(os.environ.get("RTAX_DB") or paths.default_db())
+
+
+def _query(key: FilterKey, now: datetime | None = None) -> dict[str, Any]:
+    window_s, substrates, tiers, fidelities = key
+    query: dict[str, Any] = {
+        "substrate": list(substrates) or None,
+        "tier": list(tiers) or None,
+        "fidelity": list(fidelities) or None,
+    }
+    if window_s is not None:
+        now = now or datetime.now(UTC)
+        query["since"] = (now - timedelta(seconds=window_s)).isoformat(timespec="microseconds")
+    return query
+
+
+def _open(db: str) -> Store | None:
+    """The store, or None when there is no database yet (an empty dashboard, not an error)."""
+    if not Path(db).is_file():
+        return None
+    return Store(db, create=False)
+
+
+def _empty_runs() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in RUN_FIELDS})
+    return stats.add_series(frame)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def runs(db: str, key: FilterKey) -> pd.DataFrame:
+    """Runs for the filters, with a `series` column (substrate · mode [fidelity])."""
+    store = _open(db)
+    if store is None:
+        return _empty_runs()
+    with store:
+        frame = store.runs(columns=RUN_FIELDS, **_query(key))
+    return stats.add_series(frame) if not frame.empty else _empty_runs()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def options(db: str) -> dict[str, list[Any]]:
+    """Values present in the database, for the filter widgets."""
+    store = _open(db)
+    if store is None:
+        return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": []}
+    with store:
+        return store.distinct()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def milestones(db: str, key: FilterKey) -> pd.DataFrame:
+    """Mean native milestone offsets per series and tier (successful runs)."""
+    store = _open(db)
+    columns = ["substrate", "mode", "fidelity", "tier", "steps", "milestone", "mean_t_s", "n"]
+    if store is None:
+        return pd.DataFrame(columns=[*columns, "series", "workload"])
+    with store:
+        frame = store.milestone_means(**_query(key))
+    if frame.empty:
+        return pd.DataFrame(columns=[*columns, "series", "workload"])
+    frame["series"] = [
+        stats.series_label(*k)
+        for k in zip(frame["substrate"], frame["mode"], frame["fidelity"], strict=True)
+    ]
+    frame["workload"] = [
+        stats.workload_label(t, s) for t, s in zip(frame["tier"], frame["steps"], strict=True)
+    ]
+    return frame
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def counts(db: str, key: FilterKey) -> tuple[int, int]:
+    """(runs, actions) for the filters."""
+    store = _open(db)
+    if store is None:
+        return 0, 0
+    with store:
+        query = _query(key)
+        return store.count_runs(**query), store.count_actions(**query)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
+    """The newest `limit` raw rows of `table` for the filters (for display)."""
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame(columns=list(RUN_COLUMNS_ALL))
+    with store:
+        if table == "runs":
+            return store.runs(limit=limit, newest_first=True, **_query(key))
+        return store.actions(limit=limit, newest_first=True, **_query(key))
+
+
+def csv_of(db: str, key: FilterKey, table: str) -> bytes:
+    """The whole `table` for the filters as CSV bytes. Called only when a user clicks a
+    download button (Streamlit's deferred data), so pages never pay for it."""
+    store = _open(db)
+    if store is None:
+        return b""
+    with store:
+        return "".join(store.csv_chunks(table, **_query(key))).encode()
+
+
+def frame_csv(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False).encode()

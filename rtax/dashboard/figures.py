@@ -1,0 +1,226 @@
+"""Plotly figures for the pages, built from run frames and the tables of `tables`.
+
+Why summaries rather than raw points: a page must render in about a second over 100,000 runs,
+and shipping every sample to the browser would not. So box plots get their quartiles and
+whiskers computed here from all samples (Tukey: 1.5 IQR, clipped to the data), and an ECDF is
+drawn through at most `ECDF_POINTS` quantiles of all samples; titles and legends carry `n`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from rtax import reference
+from rtax.stats import PHASE_COLUMNS, successful
+
+ECDF_POINTS = 400
+PHASE_COLORS = {
+    "create_s": "#4C78A8",
+    "orchestration_s": "#F58518",
+    "ready_s": "#E45756",
+    "setup_s": "#72B7B2",
+    "actions_s": "#54A24B",
+    "cleanup_s": "#B279A2",
+    "overhead_s": "#9D755D",
+}
+
+
+def _values(runs: pd.DataFrame, series: str, metric: str) -> np.ndarray:
+    ok = successful(runs[runs["series"] == series])
+    arr = ok[metric].to_numpy(dtype=float)
+    return np.sort(arr[np.isfinite(arr)])
+
+
+def box(runs: pd.DataFrame, metric: str, title: str, log: bool = False) -> go.Figure:
+    """One box per series (successful runs), quartiles computed from every sample."""
+    fig = go.Figure()
+    for series in sorted(runs["series"].unique()):
+        v = _values(runs, series, metric)
+        if v.size == 0:
+            continue
+        q1, med, q3 = np.percentile(v, [25, 50, 75])
+        iqr = q3 - q1
+        low = v[v >= q1 - 1.5 * iqr].min()
+        high = v[v <= q3 + 1.5 * iqr].max()
+        fig.add_trace(
+            go.Box(
+                name=f"{series} (n={v.size})",
+                q1=[q1],
+                median=[med],
+                q3=[q3],
+                lowerfence=[low],
+                upperfence=[high],
+                mean=[v.mean()],
+                boxpoints=False,
+                x=[series],
+            )
+        )
+    fig.update_layout(
+        title=title,
+        yaxis_title="seconds",
+        showlegend=True,
+        height=420,
+        yaxis_type="log" if log else "linear",
+    )
+    return fig
+
+
+def ecdf(runs: pd.DataFrame, metric: str, title: str, log: bool = False) -> go.Figure:
+    """Empirical CDF per series through at most `ECDF_POINTS` quantiles of all samples."""
+    fig = go.Figure()
+    for series in sorted(runs["series"].unique()):
+        v = _values(runs, series, metric)
+        if v.size == 0:
+            continue
+        probs = np.linspace(0, 1, min(v.size, ECDF_POINTS))
+        xs = np.percentile(v, probs * 100, method="inverted_cdf") if v.size > 1 else v
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=probs if v.size > 1 else [1.0],
+                mode="lines",
+                line_shape="hv",
+                name=f"{series} (n={v.size})",
+            )
+        )
+    fig.update_layout(
+        title=title,
+        xaxis_title="seconds",
+        yaxis_title="fraction of runs ≤ x",
+        height=420,
+        xaxis_type="log" if log else "linear",
+    )
+    return fig
+
+
+def decomposition(means: pd.DataFrame, milestones: pd.DataFrame) -> go.Figure:
+    """Stacked mean phase times per series x workload; hovering shows n and native milestones.
+    `means` is `stats.phase_means(runs, by=("series", "workload"))`."""
+    labels = [f"{r.series} · {r.workload}" for r in means.itertuples(index=False)]
+    hover = []
+    for r in means.itertuples(index=False):
+        ms = milestones[(milestones["series"] == r.series) & (milestones["workload"] == r.workload)]
+        lines = [
+            f"{m.milestone}: +{m.mean_t_s * 1e3:.1f} ms"
+            for m in ms.sort_values("mean_t_s").itertuples(index=False)
+        ]
+        hover.append(
+            f"n={r.n}<br>milestones (mean offset from create):<br>"
+            + ("<br>".join(lines) if lines else "none recorded")
+        )
+    fig = go.Figure()
+    for column in PHASE_COLUMNS:
+        fig.add_trace(
+            go.Bar(
+                name=column.removesuffix("_s"),
+                x=labels,
+                y=means[column],
+                customdata=hover,
+                marker_color=PHASE_COLORS[column],
+                hovertemplate="%{x}<br>"
+                + column.removesuffix("_s")
+                + ": %{y:.4f} s (mean)<br>%{customdata}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=460,
+        yaxis_title="seconds (mean)",
+        title="Mean time per phase (means: percentiles don't add up)",
+    )
+    return fig
+
+
+def amortization(
+    points: pd.DataFrame, fit_table: pd.DataFrame, overlay: bool, which: str
+) -> tuple[go.Figure, go.Figure]:
+    """Trajectory time and amortized per-action latency against S, with fitted lines and,
+    when `overlay`, the published reference points (labelled as published)."""
+    time_fig, per_fig = go.Figure(), go.Figure()
+    top = max([150, *points["steps"].tolist()]) if not points.empty else 150
+    s_axis = np.linspace(1, top * 1.05, 60)
+    for series in sorted(points["series"].unique()):
+        p = points[points["series"] == series]
+        text = [f"n={n}" for n in p["n"]]
+        time_fig.add_trace(
+            go.Scatter(
+                x=p["steps"], y=p["seconds"], mode="markers", name=f"{series} {which}", text=text
+            )
+        )
+        per_fig.add_trace(
+            go.Scatter(
+                x=p["steps"],
+                y=p["per_action_s"],
+                mode="lines+markers",
+                name=f"{series} {which}",
+                text=text,
+            )
+        )
+    for r in fit_table.dropna(subset=["fixed_s"]).itertuples(index=False):
+        y = r.fixed_s + r.per_action_s * s_axis
+        time_fig.add_trace(
+            go.Scatter(
+                x=s_axis,
+                y=y,
+                mode="lines",
+                line_dash="dot",
+                name=f"{r.series} fit: {r.fixed_s:.2f} s + S × {r.per_action_s * 1e3:.1f} ms",
+            )
+        )
+        per_fig.add_trace(
+            go.Scatter(
+                x=s_axis, y=y / s_axis, mode="lines", line_dash="dot", name=f"{r.series} fit / S"
+            )
+        )
+    if overlay:
+        for p in reference.TRAJECTORY_POINTS:
+            label = f"published: {p.substrate}"
+            time_fig.add_trace(
+                go.Scatter(
+                    x=[p.steps],
+                    y=[p.seconds],
+                    mode="markers+text",
+                    marker_symbol="x",
+                    name=label,
+                    text=[p.substrate],
+                    textposition="top center",
+                )
+            )
+            per_fig.add_trace(
+                go.Scatter(
+                    x=[p.steps],
+                    y=[p.seconds / p.steps],
+                    mode="markers",
+                    marker_symbol="x",
+                    name=label,
+                )
+            )
+    time_fig.update_layout(
+        title="Trajectory completion time T(S)",
+        xaxis_title="actions (S)",
+        yaxis_title="seconds",
+        height=440,
+    )
+    per_fig.update_layout(
+        title="Amortized per-action latency T(S) / S",
+        xaxis_title="actions (S)",
+        yaxis_title="seconds per action",
+        yaxis_type="log",
+        height=440,
+    )
+    return time_fig, per_fig
+
+
+def projection_bars(table: pd.DataFrame, title: str) -> go.Figure:
+    fig = go.Figure(
+        go.Bar(
+            x=table["substrate"],
+            y=table["worker_hours"],
+            text=[f"{h:,.0f} h" for h in table["worker_hours"]],
+            textposition="outside",
+        )
+    )
+    fig.update_layout(title=title, yaxis_title="worker-hours", height=400)
+    return fig

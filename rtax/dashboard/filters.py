@@ -1,0 +1,79 @@
+"""The filters shared by every page: time window, substrates, tiers, fidelity.
+
+Why they live in the sidebar drawn by `app.py`: widgets drawn by the entrypoint exist on every
+page, so a choice made on one page survives the move to another (README.md#dashboard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from rtax.dashboard import data
+
+#: Window label -> seconds (None: everything in the database).
+WINDOWS: dict[str, int | None] = {
+    "last hour": 3_600,
+    "last 6 hours": 21_600,
+    "last 24 hours": 86_400,
+    "last 7 days": 604_800,
+    "last 30 days": 2_592_000,
+    "all time": None,
+}
+DEFAULT_WINDOW = "all time"
+_STATE = "rtax_filters"
+
+
+@dataclass(frozen=True)
+class Filters:
+    window: str = DEFAULT_WINDOW
+    substrates: tuple[str, ...] = ()  # empty: all
+    tiers: tuple[str, ...] = ()
+    fidelities: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> data.FilterKey:
+        """The hashable form the cached readers take."""
+        return (WINDOWS[self.window], self.substrates, self.tiers, self.fidelities)
+
+    def describe(self) -> str:
+        def part(values: tuple[str, ...]) -> str:
+            return ", ".join(values) if values else "all"
+
+        return (
+            f"{self.window}; substrates: {part(self.substrates)}; tiers: {part(self.tiers)};"
+            f" fidelity: {part(self.fidelities)}"
+        )
+
+
+def sidebar(db: str) -> Filters:
+    """Draw the shared filter widgets and remember the choice for the page about to run."""
+    present = data.options(db)
+    with st.sidebar:
+        st.header("Filters")
+        window = st.selectbox(
+            "Time window", list(WINDOWS), index=list(WINDOWS).index(DEFAULT_WINDOW), key="f_window"
+        )
+        substrates = st.multiselect(
+            "Substrates", present["substrate"], key="f_substrates", placeholder="all substrates"
+        )
+        tiers = st.multiselect("Tiers", present["tier"], key="f_tiers", placeholder="all tiers")
+        fidelities = st.multiselect(
+            "Fidelity",
+            present["fidelity"],
+            key="f_fidelities",
+            placeholder="all fidelities",
+            help="real: measured here; emulated: real client against a local emulation; "
+            "modelled: injected latencies. Series are labelled by fidelity and mode and "
+            "never merged.",
+        )
+        st.caption(f"Database: `{db}`")
+    chosen = Filters(window, tuple(substrates), tuple(tiers), tuple(fidelities))
+    st.session_state[_STATE] = chosen
+    return chosen
+
+
+def current() -> Filters:
+    """The filters chosen in the sidebar for this run (defaults when run without `app.py`)."""
+    return st.session_state.get(_STATE, Filters())

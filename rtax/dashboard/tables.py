@@ -1,0 +1,243 @@
+"""The tables the pages show: pure functions of run frames, built on `rtax.stats`.
+
+Why separate from the pages: the numbers a user reads must be exactly what `rtax.stats` computes,
+and tests check that by calling these functions on the same data (README.md#dashboard). Every
+latency table carries `n` and the success rate.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pandas as pd
+
+from rtax import projection, stats
+
+GROUP = ("series", "tier", "steps")
+PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup", "overhead")
+
+
+def _age(started_at: pd.Series, now: datetime) -> pd.Series:
+    stamps = pd.to_datetime(started_at, utc=True, format="ISO8601")
+    return (pd.Timestamp(now) - stamps).dt.total_seconds()
+
+
+def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
+    """Per series x tier x steps: time-to-first-command and episode p50/p95 with n, success
+    rate, seconds since the last probe, fidelity."""
+    columns = [
+        "series",
+        "tier",
+        "steps",
+        "fidelity",
+        "runs",
+        "success_rate",
+        "ttfc_p50_s",
+        "ttfc_p95_s",
+        "ttfc_n",
+        "episode_p50_s",
+        "episode_p95_s",
+        "episode_n",
+        "last_probe_age_s",
+    ]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    now = now or datetime.now(UTC)
+    ttfc = stats.latency_table(runs, "time_to_first_command_s", by=GROUP, quantiles=(50, 95))
+    episode = stats.latency_table(runs, "episode_s", by=GROUP, quantiles=(50, 95))
+    out = ttfc[[*GROUP, "runs", "success_rate"]].copy()
+    out["ttfc_p50_s"], out["ttfc_p95_s"], out["ttfc_n"] = ttfc["p50"], ttfc["p95"], ttfc["n"]
+    out["episode_p50_s"], out["episode_p95_s"] = episode["p50"], episode["p95"]
+    out["episode_n"] = episode["n"]
+    grouped = runs.groupby(list(GROUP), sort=True)
+    last = grouped["started_at"].max().reset_index()
+    fidelity = grouped["fidelity"].first().reset_index()
+    out = out.merge(last, on=list(GROUP)).merge(fidelity, on=list(GROUP))
+    out["last_probe_age_s"] = _age(out["started_at"], now)
+    return out[columns]
+
+
+def cold_start(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per series: n, success rate and p50/p95/p99 of the episode time (the tier's cold start).
+    Give it the runs of one tier (and the fixed scripts: steps 0)."""
+    table = stats.latency_table(runs, "episode_s", by=("series",), quantiles=(50, 95, 99))
+    return table.sort_values("p50", na_position="last").reset_index(drop=True)
+
+
+def spread(table: pd.DataFrame) -> tuple[float, str | None, str | None]:
+    """(slowest p50 / fastest p50, fastest series, slowest series) over series with samples."""
+    usable = table[(table["n"] > 0) & table["p50"].notna()]
+    if len(usable) < 2:
+        return math.nan, None, None
+    fastest = usable.loc[usable["p50"].idxmin()]
+    slowest = usable.loc[usable["p50"].idxmax()]
+    return projection.spread(usable["p50"]), fastest["series"], slowest["series"]
+
+
+def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per series x tier x phase, over successful runs: n, p50, p95, mean (seconds)."""
+    columns = ["series", "tier", "phase", "n", "p50", "p95", "mean", "success_rate"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for (series, tier), group in runs.groupby(["series", "tier"], sort=True):
+        table = stats.phase_summary(group)
+        table = table[table["phase"].isin(PHASES)]
+        for row in table.itertuples(index=False):
+            rows.append(
+                {
+                    "series": series,
+                    "tier": tier,
+                    "phase": row.phase,
+                    "n": row.n,
+                    "p50": row.p50,
+                    "p95": row.p95,
+                    "mean": row.mean,
+                    "success_rate": row.success_rate,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def trajectory_points(runs: pd.DataFrame, which: str = "p50") -> pd.DataFrame:
+    """Per series and trajectory length S (> 0): n, success rate, the statistic of the
+    trajectory time, and the amortized per-action latency (that time / S)."""
+    columns = ["series", "steps", "runs", "n", "success_rate", "seconds", "per_action_s"]
+    traj = runs[runs["steps"] > 0] if not runs.empty else runs
+    if traj.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for (series, steps), group in traj.groupby(["series", "steps"], sort=True):
+        ok = stats.successful(group)
+        value = projection.statistic(ok["episode_s"], which)
+        rows.append(
+            {
+                "series": series,
+                "steps": int(steps),
+                "runs": len(group),
+                "n": len(ok),
+                "success_rate": len(ok) / len(group),
+                "seconds": value,
+                "per_action_s": value / steps,
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def fits(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per series: the least-squares line T(S) = fixed + S x per_action over successful
+    trajectory runs, with n, r² and the lengths used; series without two lengths are listed
+    with empty coefficients."""
+    columns = ["series", "fixed_s", "per_action_s", "n", "r2", "steps"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for series, fit in stats.trajectory_fits(runs, by="series").items():
+        if fit is None:
+            rows.append(
+                {
+                    "series": series,
+                    "fixed_s": math.nan,
+                    "per_action_s": math.nan,
+                    "n": 0,
+                    "r2": math.nan,
+                    "steps": "",
+                }
+            )
+        else:
+            rows.append(
+                {
+                    "series": series,
+                    "fixed_s": fit.fixed_s,
+                    "per_action_s": fit.per_action_s,
+                    "n": fit.n,
+                    "r2": fit.r2,
+                    "steps": ",".join(str(s) for s in fit.steps),
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def crossovers(fit_table: pd.DataFrame) -> pd.DataFrame:
+    """Where one fitted series overtakes another (S > 0)."""
+    usable = fit_table.dropna(subset=["fixed_s", "per_action_s"])
+    lines = {r.series: (r.fixed_s, r.per_action_s) for r in usable.itertuples(index=False)}
+    found = projection.crossovers(lines)
+    return pd.DataFrame(
+        [
+            {
+                "faster_below": c.cheaper_short,
+                "faster_above": c.cheaper_long,
+                "crossover_steps": c.steps,
+                "seconds_at_crossover": c.seconds,
+            }
+            for c in found
+        ],
+        columns=["faster_below", "faster_above", "crossover_steps", "seconds_at_crossover"],
+    )
+
+
+EMPTY_HINT = (
+    "No probes in this window yet: run `rtax probe --substrate local --tier T0 --repeat 5` "
+    "(or `make run`) and this page fills in."
+)
+PREVIEW_ROWS = 1_000
+
+
+def cold_start_all(runs: pd.DataFrame) -> pd.DataFrame:
+    """`cold_start` for every tier's fixed script, stacked, with the tier as a column."""
+    fixed = runs[runs["steps"] == 0] if not runs.empty else runs
+    parts = []
+    for tier in sorted(fixed["tier"].unique()):
+        table = cold_start(fixed[fixed["tier"] == tier])
+        table.insert(0, "tier", tier)
+        parts.append(table)
+    if not parts:
+        return pd.DataFrame(
+            columns=["tier", "series", "runs", "n", "success_rate", "mean", "p50", "p95", "p99"]
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def scenarios() -> pd.DataFrame:
+    """The study's published worker-hour figures beside the model's answer from their inputs."""
+    from rtax import reference
+
+    return pd.DataFrame(
+        [
+            {
+                "scenario": s.name,
+                "trajectories": s.rollouts,
+                "actions": s.steps,
+                "per_rollout_s": s.per_rollout_s,
+                "per_action_s": s.per_action_s,
+                "model_hours": projection.scenario_hours(s),
+                "published_hours": s.published_hours,
+                "source": s.source,
+            }
+            for s in reference.SCENARIOS
+        ]
+    )
+
+
+DATA_DICTIONARY = """
+| column | meaning |
+|---|---|
+| `run_id` | one rollout; links its actions |
+| `started_at`, `ended_at` | UTC, ISO 8601 |
+| `substrate`, `kind`, `mode` | configured name, implementation, action mode (exec / session) |
+| `tier`, `steps` | T0/T1/T2; `steps` 0 = the tier's fixed script, S > 0 = an S-action trajectory |
+| `fidelity` | real (measured here) / emulated (real client, emulated control plane) / modelled |
+| `status`, `error_class` | ok or failed, and why (failed runs never enter latency statistics) |
+| `create_s` … `cleanup_s` | consecutive phases (s); with `overhead_s` they add up to `wall_s` |
+| `overhead_s` | wall time minus the sum of phases: the harness's own cost |
+| `time_to_first_command_s` | create + orchestration + ready |
+| `episode_s` | create request → end of the last action (the per-tier cold start) |
+| `series` | substrate · mode [fidelity]: what may be aggregated together |
+| `workload` | tier, or tier and trajectory length (`T2 S=50`) |
+| `n` | successful samples behind a statistic; `runs` counts all, `success_rate` = n / runs |
+| `p50`, `p95`, `p99`, `mean` | seconds, from raw samples (linear interpolation) |
+| `latency_s` (actions) | one command, timed by the runner; `exec_s` timed by the substrate |
+| `phase` (actions) | ready (no-op attempts), setup (T2 clone), action |
+"""

@@ -1,0 +1,76 @@
+"""Hand-made rollout records for tests that need exact, known samples (store, dashboard)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rtax.probe import PHASES, RolloutRecord
+
+
+def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
+    """A run dict with the keys `_Rollout.record` produces (see rtax.probe)."""
+    phases = {f"{p}_s": 0.01 * (i + 1) for i, p in enumerate(PHASES)}
+    run: dict[str, Any] = {
+        "run_id": run_id,
+        "started_at": "2025-01-01T00:00:00.000000+00:00",
+        "ended_at": "2025-01-01T00:00:01.000000+00:00",
+        "substrate": "local",
+        "kind": "local",
+        "mode": "exec",
+        "tier": "T0",
+        "steps": 0,
+        "seed": 0,
+        "fidelity": "real",
+        "status": "ok",
+        "error_class": None,
+        "error_message": None,
+        **phases,
+        "overhead_s": 0.001,
+        "wall_s": sum(phases.values()) + 0.001,
+        "time_to_first_command_s": phases["create_s"]
+        + phases["orchestration_s"]
+        + phases["ready_s"],
+        "episode_s": 0.5,
+        "n_actions": 1,
+        "n_actions_done": 1,
+        "cleanup_ok": 1,
+        "milestones": json.dumps([{"name": "created", "t_s": 0.005}]),
+        "host": "test-host",
+        "rtax_version": "0.1.0",
+        "endpoint": None,
+        "provenance": json.dumps({"host": "test-host"}),
+    }
+    run.update(overrides)
+    return run
+
+
+def make_action(run_id: str, seq: int, phase: str = "action", **overrides: Any) -> dict[str, Any]:
+    """An action row with the keys `_Rollout.command` produces."""
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "seq": seq,
+        "phase": phase,
+        "idx": seq,
+        "category": "exec" if phase == "action" else phase,
+        "command": f"echo {seq}",
+        "t_offset_s": 0.1 * seq,
+        "latency_s": 0.002 + 0.001 * seq,
+        "exec_s": 0.001 + 0.001 * seq,
+        "exit_code": 0,
+        "stdout_bytes": 2,
+        "stderr_bytes": 0,
+        "ok": 1,
+    }
+    row.update(overrides)
+    return row
+
+
+def make_record(
+    run_id: str,
+    phases: tuple[str, ...] = ("ready", "action"),
+    **run_overrides: Any,
+) -> RolloutRecord:
+    """A run with one action row per entry of `phases`, seq 0, 1, 2, ..."""
+    actions = [make_action(run_id, i, p) for i, p in enumerate(phases)]
+    return RolloutRecord(run=make_run(run_id, **run_overrides), actions=actions)

@@ -1,0 +1,223 @@
+"""The dashboard in a real headless browser: `streamlit run`, every page loaded in Debian's
+Chromium through Playwright, charts rendered, a filter that survives navigation, a CSV
+downloaded and read back. Screenshots go to $RTAX_ARTIFACTS (default test-artifacts/)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from factories import make_record
+from rtax.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+#: url path -> (title, minimum number of Plotly charts on a seeded database)
+PAGES = {
+    "": ("Overview", 0),
+    "cold_start": ("Cold start", 2),
+    "decomposition": ("Decomposition", 1),
+    "amortization": ("Amortization", 2),
+    "projection": ("Projection", 1),
+    "data": ("Data", 0),
+}
+
+
+def _need(condition: bool, reason: str) -> None:
+    if condition:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI requires the browser test: {reason}")
+    pytest.skip(f"{reason}; `make test` as root installs it")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _need(Path(CHROMIUM).exists(), "Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def seeded_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("browser") / "rtax.db"
+    with Store(path) as store:
+        for i, (sub, tier, steps, ep) in enumerate(
+            [
+                ("local", "T0", 0, 0.02),
+                ("local", "T0", 0, 0.03),
+                ("docker", "T0", 0, 0.3),
+                ("docker", "T0", 0, 0.35),
+                ("local", "T2", 10, 1.5),
+                ("local", "T2", 50, 6.0),
+                ("docker", "T2", 10, 1.4),
+                ("docker", "T2", 50, 3.4),
+            ]
+        ):
+            store.save_rollout(
+                make_record(
+                    f"b{i}",
+                    substrate=sub,
+                    tier=tier,
+                    steps=steps,
+                    episode_s=ep,
+                    n_actions=steps or 1,
+                    started_at=f"2026-01-01T00:00:0{i}+00:00",
+                )
+            )
+    # and real samples, measured now on the local substrate
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtax",
+            "probe",
+            "--tier",
+            "T0",
+            "--repeat",
+            "2",
+            "--db",
+            str(path),
+            "--quiet",
+        ],
+        check=True,
+        timeout=300,
+    )
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(seeded_db: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "RTAX_DB": str(seeded_db)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.read() == b"ok":
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "streamlit did not answer within 60 s"
+            time.sleep(0.2)  # polling the health endpoint with a deadline
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    path = Path(os.environ.get("RTAX_ARTIFACTS", ROOT / "test-artifacts")) / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "overview")
+def test_page_renders(browser, server: str, artifacts: Path, path: str) -> None:
+    title, charts = PAGES[path]
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    try:
+        page.goto(f"{server}/{path}")
+        page.get_by_role("heading", name=title, level=1).wait_for(timeout=30_000)
+        if charts:
+            page.locator(".js-plotly-plot").nth(charts - 1).wait_for(timeout=30_000)
+        page.wait_for_load_state("networkidle")
+        name = path or "overview"
+        page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator(".js-plotly-plot").count() >= charts
+    finally:
+        page.close()
+
+
+def test_filter_survives_navigation(browser, server: str) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(server)
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=30_000)
+        tiers = page.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
+        tiers.locator("input").click()
+        page.get_by_role("option", name="T2").click()
+        page.keyboard.press("Escape")
+        page.get_by_text("tiers: T2").wait_for(timeout=15_000)
+        page.get_by_role("link", name="Decomposition").click()
+        page.get_by_role("heading", name="Decomposition", level=1).wait_for(timeout=30_000)
+        assert tiers.get_by_text("T2").count() >= 1  # the chip is still there
+        page.get_by_role("link", name="Overview").click()
+        page.get_by_text("tiers: T2").wait_for(timeout=15_000)
+    finally:
+        page.close()
+
+
+def test_download_csv(browser, server: str, seeded_db: Path, tmp_path: Path) -> None:
+    page = browser.new_page(accept_downloads=True)
+    try:
+        page.goto(f"{server}/data")
+        button = page.get_by_role("button", name="Download runs (CSV)")
+        button.wait_for(timeout=30_000)
+        with page.expect_download(timeout=30_000) as info:
+            button.click()
+        target = tmp_path / "runs.csv"
+        info.value.save_as(target)
+    finally:
+        page.close()
+    frame = pd.read_csv(target)
+    with Store(seeded_db, create=False) as store:
+        assert len(frame) == store.count("runs")
+    assert frame["run_id"].is_unique

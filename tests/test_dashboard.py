@@ -1,0 +1,219 @@
+"""Every dashboard page under Streamlit's AppTest, on an empty and on a seeded database: no
+exception, and the numbers shown are what `rtax.stats` / `rtax.projection` compute."""
+
+from __future__ import annotations
+
+import io
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from factories import make_record
+from rtax import projection, reference, stats
+from rtax.dashboard import data, tables
+from rtax.store import Store
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGES = {
+    "pages/overview.py": "Overview",
+    "pages/cold_start.py": "Cold start",
+    "pages/decomposition.py": "Decomposition",
+    "pages/amortization.py": "Amortization",
+    "pages/projection.py": "Projection",
+    "pages/data.py": "Data",
+}
+NOW = datetime.now(UTC)
+
+
+def _record(i: int, substrate: str, tier: str, steps: int, episode: float, **kw):
+    started = (NOW - timedelta(minutes=i)).isoformat(timespec="microseconds")
+    return make_record(
+        f"run{i:04d}",
+        substrate=substrate,
+        tier=tier,
+        steps=steps,
+        episode_s=episode,
+        n_actions=steps or 1,
+        started_at=started,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> Path:
+    """Known samples: two real substrates on T0 (one failed run with a huge time that must not
+    count), trajectories at S=10/50/150 on both, and an emulated series that must stay apart."""
+    path = tmp_path_factory.mktemp("dash") / "seeded.db"
+    with Store(path) as store:
+        i = 0
+        for ep in (0.02, 0.03, 0.025, 0.021):
+            store.save_rollout(
+                _record(i := i + 1, "local", "T0", 0, ep, time_to_first_command_s=ep / 2)
+            )
+        for ep in (0.30, 0.34, 0.31):
+            store.save_rollout(
+                _record(i := i + 1, "docker", "T0", 0, ep, time_to_first_command_s=ep - 0.05)
+            )
+        store.save_rollout(
+            _record(
+                i := i + 1, "docker", "T0", 0, 99.0, status="failed", error_class="action_timeout"
+            )
+        )
+        for s in (10, 50, 150):
+            for sub, fixed, per in (("local", 0.3, 0.11), ("docker", 1.0, 0.05)):
+                for jitter in (0.0, 0.02):
+                    store.save_rollout(_record(i := i + 1, sub, "T2", s, fixed + per * s + jitter))
+        store.save_rollout(
+            _record(i := i + 1, "kubernetes", "T0", 0, 1.5, fidelity="emulated", kind="kubernetes")
+        )
+    return path
+
+
+def _app(db: Path, monkeypatch: pytest.MonkeyPatch, page: str | None = None) -> AppTest:
+    monkeypatch.setenv("RTAX_DB", str(db))
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    if page:
+        at.switch_page(page)
+        at.run()
+    return at
+
+
+def _ok(at: AppTest, title: str) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert [t.value for t in at.title] == [title]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_on_an_empty_database(tmp_path: Path, monkeypatch, page: str) -> None:
+    at = _app(tmp_path / "absent.db", monkeypatch, page)
+    _ok(at, PAGES[page])
+    assert not (tmp_path / "absent.db").exists()  # reading never creates a database
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_on_a_seeded_database(seeded: Path, monkeypatch, page: str) -> None:
+    _ok(_app(seeded, monkeypatch, page), PAGES[page])
+
+
+def test_empty_overview_says_how_to_get_data(tmp_path: Path, monkeypatch) -> None:
+    at = _app(tmp_path / "absent.db", monkeypatch)
+    assert any("rtax probe" in i.value for i in at.info)
+
+
+def _runs(db: Path) -> pd.DataFrame:
+    with Store(db, create=False) as store:
+        return stats.add_series(store.runs())
+
+
+def test_overview_numbers_equal_stats(seeded: Path, monkeypatch) -> None:
+    at = _app(seeded, monkeypatch)
+    shown = at.dataframe[0].value
+    runs = _runs(seeded)
+    ttfc = stats.latency_table(runs, "time_to_first_command_s", by=tables.GROUP, quantiles=(50, 95))
+    episode = stats.latency_table(runs, "episode_s", by=tables.GROUP, quantiles=(50, 95))
+    assert list(shown["series"]) == list(ttfc["series"])
+    assert shown["ttfc_p50_s"].tolist() == pytest.approx(ttfc["p50"].tolist(), nan_ok=True)
+    assert shown["ttfc_n"].tolist() == ttfc["n"].tolist()
+    assert shown["episode_p95_s"].tolist() == pytest.approx(episode["p95"].tolist())
+    docker_t0 = shown[(shown["series"] == "docker") & (shown["tier"] == "T0")].iloc[0]
+    assert docker_t0["success_rate"] == pytest.approx(3 / 4)  # the failure counts here...
+    assert docker_t0["episode_p95_s"] < 1.0  # ...and never in the latencies
+    assert "kubernetes [emulated]" in set(shown["series"])  # fidelity labelled, not merged
+
+
+def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> None:
+    at = _app(seeded, monkeypatch, "pages/cold_start.py")
+    runs = _runs(seeded)
+    t0 = runs[(runs["tier"] == "T0") & (runs["steps"] == 0)]
+    expected = stats.latency_table(t0, "episode_s", by=("series",), quantiles=(50, 95, 99))
+    shown = at.dataframe[0].value.set_index("series")
+    for row in expected.itertuples(index=False):
+        assert shown.loc[row.series, "p99"] == pytest.approx(row.p99)
+        assert shown.loc[row.series, "n"] == row.n
+    p50 = expected.set_index("series")["p50"]
+    ratio = p50.max() / p50.min()
+    assert at.metric[0].value == f"{ratio:,.1f}×"
+
+
+def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
+    at = _app(seeded, monkeypatch, "pages/projection.py")
+    runs = _runs(seeded)
+    found, lacking = projection.estimates(runs, 150, "p50", by="series")
+    table = projection.project(
+        {k: e.seconds for k, e in found.items()}, trajectories=1_000_000, workers=1_000
+    )
+    shown = at.dataframe[0].value
+    assert shown["substrate"].tolist() == table["substrate"].tolist()
+    assert shown["worker_hours"].tolist() == pytest.approx(table["worker_hours"].tolist())
+    assert shown["wall_clock_hours"].tolist() == pytest.approx(table["wall_clock_hours"].tolist())
+    assert "kubernetes [emulated]" in lacking
+    assert any("kubernetes [emulated]" in w.value for w in at.warning)
+    scenarios = at.dataframe[1].value
+    assert [round(h) for h in scenarios["model_hours"]] == [
+        s.published_hours for s in reference.SCENARIOS
+    ]
+    # moving the inputs moves the answer, linearly
+    at.number_input(key="proj_trajectories").set_value(2_000_000).run()
+    doubled = at.dataframe[0].value
+    assert doubled["worker_hours"].tolist() == pytest.approx([2 * h for h in table["worker_hours"]])
+
+
+def test_amortization_fits_and_crossover(seeded: Path, monkeypatch) -> None:
+    at = _app(seeded, monkeypatch, "pages/amortization.py")
+    fits = at.dataframe[0].value.set_index("series")
+    expected = stats.trajectory_fits(_runs(seeded), by="series")
+    for name, fit in expected.items():
+        assert fits.loc[name, "per_action_s"] == pytest.approx(fit.per_action_s)
+    crossing = at.dataframe[1].value.iloc[0]
+    # local: 0.31 + 0.11 S; docker: 1.01 + 0.05 S -> they cross at S = 0.70 / 0.06
+    assert (crossing["faster_below"], crossing["faster_above"]) == ("local", "docker")
+    assert crossing["crossover_steps"] == pytest.approx(0.70 / 0.06, rel=1e-6)
+    at.toggle(key="amort_overlay").set_value(False).run()
+    assert not at.exception
+
+
+def test_filters_survive_page_changes(seeded: Path, monkeypatch) -> None:
+    """A filter chosen once applies on every page. (AppTest drops the entrypoint's sidebar
+    from its element tree after the first run, so the choice is made through session state
+    here; the browser test clicks the real widget.)"""
+    monkeypatch.setenv("RTAX_DB", str(seeded))
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["f_tiers"] = ["T2"]
+    at.run()
+    assert at.multiselect(key="f_tiers").value == ["T2"]
+    assert set(at.dataframe[0].value["tier"]) == {"T2"}
+    at.switch_page("pages/decomposition.py").run()
+    assert set(at.dataframe[0].value["tier"]) == {"T2"}
+    at.switch_page("pages/overview.py").run()
+    assert set(at.dataframe[0].value["tier"]) == {"T2"}
+    assert "tiers: T2" in at.caption[0].value
+
+
+def test_data_page_downloads(seeded: Path, monkeypatch) -> None:
+    at = _app(seeded, monkeypatch, "pages/data.py")
+    _ok(at, "Data")
+    n_runs = len(_runs(seeded))
+    assert f"{n_runs:,} runs" in at.caption[0].value
+    key = (None, (), (), ())
+    runs_csv = pd.read_csv(io.BytesIO(data.csv_of(str(seeded), key, "runs")))
+    assert len(runs_csv) == n_runs and runs_csv["run_id"].is_unique
+    actions_csv = pd.read_csv(io.BytesIO(data.csv_of(str(seeded), key, "actions")))
+    assert len(actions_csv) == 2 * n_runs  # each seeded run: one ready row, one action row
+    assert "data dictionary" in " ".join(h.value.lower() for h in at.subheader)
+
+
+def test_window_filter(seeded: Path) -> None:
+    st.cache_data.clear()
+    everything = data.runs(str(seeded), (None, (), (), ()))
+    recent = data.runs(str(seeded), (600, (), (), ()))  # the seeded runs are a minute apart
+    assert 0 < len(recent) < len(everything)
+    assert math.isclose(len(recent), 10, abs_tol=1)
