@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,8 @@ from rtax.workloads import RepoSource, WorkloadError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+MAX_SEED = 2**63 - 1
 
 
 class UsageError(Exception):
@@ -58,6 +61,20 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED}, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {text}")
     return value
 
 
@@ -103,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--repeat", type=_positive_int, default=1, help="rollouts to run")
     probe.add_argument(
         "--seed",
-        type=_non_negative_int,
+        type=_seed,
         default=0,
         help="trajectory seed: the same seed gives the same actions everywhere",
     )
@@ -185,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--serve", action="store_true", help="then serve it over git:// until interrupted"
     )
     fix.add_argument("--host", default="127.0.0.1", help="address to serve on")
-    fix.add_argument("--port", type=_non_negative_int, default=9418, help="port to serve on")
+    fix.add_argument("--port", type=_port, default=9418, help="port to serve on")
     return parser
 
 
@@ -198,8 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "image": cmd_image,
         "reap": cmd_reap,
     }[args.command]
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return handler(args)
+    except Terminated:
+        print(f"rtax {args.command}: terminated; cleaned up", file=sys.stderr)
+        return EXIT_TERMINATED
+    except KeyboardInterrupt:
+        print(f"rtax {args.command}: interrupted; cleaned up", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (
         UsageError,
         StoreError,
@@ -210,6 +234,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as exc:
         print(f"rtax {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into the same path as Ctrl-C: clean up, record nothing half-done."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _check_db_path(db: Path | None) -> None:
+    """Refuse an unusable --db before any slow work (fixture or image builds)."""
+    if db is None:
+        return
+    if db.is_dir():
+        raise UsageError(f"--db {db} is a folder, not a database file")
+    if not db.parent.is_dir():
+        raise UsageError(f"--db {db}: folder {db.parent} does not exist")
 
 
 def _open_store(db: Path | None, *, create: bool) -> Store:
@@ -256,8 +300,23 @@ def _repo_source(
 
 def cmd_probe(args: argparse.Namespace) -> int:
     workloads.validate(args.tier, args.steps)  # before any slow work
-    fixture = _ensure_fixture(args.quiet)
+    _check_db_path(args.db)
+    t2_only = [
+        f"--{n.replace('_', '-')}"
+        for n in ("commit", "fix_patch", "failing_test")
+        if getattr(args, n) is not None
+    ]
+    if args.repo_url != "serve":
+        t2_only.append("--repo-url")
+    if t2_only and args.tier != "T2":
+        raise UsageError(f"{', '.join(t2_only)} only apply to --tier T2")
     substrate = _substrate(args.substrate, mode=args.mode)
+    if args.repo_url == "path" and substrate.kind != "local":
+        raise UsageError(
+            f"--repo-url path: a {substrate.kind} environment can't see this "
+            "host's files; use 'serve' (the default) or a git URL"
+        )
+    fixture = _ensure_fixture(args.quiet)
     log = _logger(args.quiet)
     try:
         substrate.prepare(log)
@@ -285,16 +344,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
                     failed = sum(not r.ok for r in records)
                     bar.set_postfix_str(f"last {record.run['wall_s']:.3f}s, failed {failed}")
                     bar.update(1)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             print(
-                f"\ninterrupted: {len(records)} rollouts saved; the one in progress was "
-                "cleaned up and not recorded",
+                f"\n{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: "
+                f"{len(records)} rollouts saved; the one in progress was cleaned up and not "
+                "recorded",
                 file=sys.stderr,
             )
-            return EXIT_INTERRUPTED
+            return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    failed = sum(not r.ok for r in records)
     if not args.quiet:
         print(_summary(records, store.path))
-    return 0 if all(r.ok for r in records) else 1
+    elif failed:
+        print(
+            f"rtax probe: {failed} of {len(records)} rollouts failed (kept, classified, in "
+            f"{store.path})",
+            file=sys.stderr,
+        )
+    return 0 if not failed else 1
 
 
 def _substrate(name: str, **overrides: object) -> Substrate:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -284,9 +285,10 @@ class GitServer:
         return f"git://{self.host}:{self.port}/{repo}"
 
     def start(self) -> GitServer:
+        # git-daemon itself, not the `git daemon` wrapper, so that the parent-death signal
+        # reaches the process that listens.
         cmd = [
-            "git",
-            "daemon",
+            _git_daemon(),
             "--reuseaddr",
             "--export-all",
             "--informative-errors",
@@ -295,7 +297,9 @@ class GitServer:
             f"--port={self.port}",
             str(self.base),
         ]
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent
+        )
         if not _wait_for_port(self.host, self.port, self.start_timeout_s, self._proc):
             err = b""
             if self._proc.poll() is not None and self._proc.stderr:
@@ -324,6 +328,24 @@ class GitServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _git_daemon() -> str:
+    exec_path = subprocess.run(
+        ["git", "--exec-path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return str(Path(exec_path) / "git-daemon")
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG), so that a
+    probe killed with SIGKILL leaves no git daemon behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the daemon is still stopped on every normal and interrupted exit
 
 
 def _free_port(host: str) -> int:

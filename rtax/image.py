@@ -14,6 +14,7 @@ not rebuilt. Its id goes into every Docker run's provenance.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -72,46 +73,59 @@ def _image_labels(client: Any, ref: str) -> dict[str, str] | None:
 
 
 def build_base(client: Any, *, mirror: str | None = None) -> str:
-    """Make the Debian base with mmdebstrap | docker import; return its image id."""
+    """Make the Debian base with mmdebstrap | docker import; return its image id.
+
+    The import goes to a temporary tag and is retagged only when mmdebstrap succeeded, so a
+    failed build never leaves a broken base behind under the real name."""
     if shutil.which("mmdebstrap") is None:
         raise ImageError("mmdebstrap is not installed (apt-get install mmdebstrap)")
     mirror = mirror or os.environ.get("RTAX_DEBIAN_MIRROR", DEFAULT_MIRROR)
-    debootstrap = subprocess.Popen(
-        [
-            "mmdebstrap",
-            "--quiet",
-            "--variant=minbase",
-            f"--include={','.join(BASE_PACKAGES)}",
-            "bookworm",
-            "-",
-            f"deb {mirror} bookworm main",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    importer = subprocess.run(
-        [
-            "docker",
-            "import",
-            "--change",
-            'CMD ["/bin/sh"]',
-            "--change",
-            "ENV LANG=C.UTF-8",
-            "-",
-            BASE_IMAGE,
-        ],
-        stdin=debootstrap.stdout,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert debootstrap.stdout is not None
-    debootstrap.stdout.close()
-    err = debootstrap.stderr.read().decode(errors="replace") if debootstrap.stderr else ""
-    if debootstrap.wait() != 0:
-        raise ImageError(f"mmdebstrap failed: {err.strip()[-500:]}")
-    if importer.returncode != 0:
+    staging = f"{BASE_IMAGE}-partial"
+    with tempfile.TemporaryFile() as errors:  # a file, so a chatty mmdebstrap never blocks
+        debootstrap = subprocess.Popen(
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                "bookworm",
+                "-",
+                f"deb {mirror} bookworm main",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+        )
+        assert debootstrap.stdout is not None
+        importer = subprocess.run(
+            [
+                "docker",
+                "import",
+                "--change",
+                'CMD ["/bin/sh"]',
+                "--change",
+                "ENV LANG=C.UTF-8",
+                "-",
+                staging,
+            ],
+            stdin=debootstrap.stdout,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        debootstrap.stdout.close()
+        status = debootstrap.wait()
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
+    if status != 0 or importer.returncode != 0:
+        with contextlib.suppress(Exception):
+            client.images.remove(staging, force=True)
+        if status != 0:
+            raise ImageError(f"mmdebstrap failed: {err.strip()[-500:]}")
         raise ImageError(f"docker import failed: {importer.stderr.strip()}")
+    image = client.images.get(staging)
+    repository, _, tag = BASE_IMAGE.partition(":")
+    image.tag(repository, tag)
+    client.images.remove(staging)
     return client.images.get(BASE_IMAGE).id
 
 

@@ -20,6 +20,7 @@ import json
 import platform
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 
 from rtax import __version__
 from rtax.substrates.base import (
+    CleanupFailed,
     Environment,
     ReadyTimeout,
     Substrate,
@@ -69,7 +71,6 @@ class RolloutRecord:
 class ProbeOptions:
     """Timeouts of one rollout. The deadline bounds the whole rollout's wall time."""
 
-    create_timeout_s: float = 300.0
     running_timeout_s: float = 300.0
     ready_timeout_s: float = 120.0
     cleanup_timeout_s: float = 120.0
@@ -85,6 +86,11 @@ def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dic
         except metadata.PackageNotFoundError:
             found[name] = "absent"
     return found
+
+
+def _size(text: str, reported: int | None) -> int:
+    """Bytes written: as the substrate counted them, else the UTF-8 size of the text."""
+    return reported if reported is not None else len(text.encode("utf-8", "surrogateescape"))
 
 
 def _utcnow() -> str:
@@ -163,8 +169,8 @@ class _Rollout:
             latency_s=latency,
             exec_s=result.latency_s,
             exit_code=result.exit_code,
-            stdout_bytes=len(result.stdout),
-            stderr_bytes=len(result.stderr),
+            stdout_bytes=_size(result.stdout, result.stdout_bytes),
+            stderr_bytes=_size(result.stderr, result.stderr_bytes),
         )
         problem = action.check(result.exit_code, result.stdout)
         row["ok"] = int(problem is None)
@@ -196,6 +202,9 @@ class _Rollout:
                     f"no successful {READY_COMMAND!r} after {attempt} "
                     f"attempts in {self.opt.ready_timeout_s:g} s: {last}"
                 )
+            # Back off (5 ms doubling to 250 ms): waiting is what the ready phase measures, and
+            # an instant failure must not become tens of thousands of sample rows.
+            time.sleep(min(0.005 * 2 ** min(attempt, 6), 0.25, max(deadline - self.now(), 0)))
 
     def body(self) -> None:
         self.env = self.timed("create", lambda: self.sub.create(self.run_id))
@@ -223,10 +232,11 @@ class _Rollout:
         try:
             self.timed("cleanup", lambda: self.sub.destroy(self.env, self.opt.cleanup_timeout_s))
             self.cleanup_ok = True
-        except SubstrateError as exc:
+        except Exception as exc:  # any failure to remove is a cleanup failure, kept in the row
             self.cleanup_ok = False
             if self.error_class is None:
-                self.error_class, self.error_message = exc.error_class, str(exc)
+                self.error_class = CleanupFailed.error_class
+                self.error_message = f"{type(exc).__name__}: {exc}"
 
     def record(self, started_at: str, provenance: dict[str, Any]) -> RolloutRecord:
         end = self.now()
@@ -301,7 +311,15 @@ def run_rollout(
     leaves no row at all. `now` is injectable for tests; it must be the clock that substrates
     mark milestones with.
     """
-    provenance = provenance if provenance is not None else provenance_of(substrate)
+    if provenance is None:
+        try:
+            provenance = provenance_of(substrate)
+        except Exception as exc:  # an unreachable endpoint must not lose the row
+            provenance = {
+                "host": socket.gethostname(),
+                "rtax_version": __version__,
+                "substrate": {"describe_error": f"{type(exc).__name__}: {exc}"},
+            }
     started_at = _utcnow()
     state = _Rollout(
         substrate, workload, run_id or uuid.uuid4().hex, options or ProbeOptions(), now

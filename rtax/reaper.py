@@ -26,7 +26,7 @@ class Orphan:
     reason: str
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -58,7 +58,7 @@ def why_orphan(
         return None
     owner_host, _, pid_text = (leftover.owner or "").rpartition(":")
     if owner_host == host and pid_text.isdigit():
-        if _pid_alive(int(pid_text)):
+        if pid_alive(int(pid_text)):
             return None
         return f"owner pid {pid_text} is gone"
     if older_than_s is not None:

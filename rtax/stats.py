@@ -31,7 +31,8 @@ PHASE_COLUMNS = (
 )
 #: Derived per-run metrics shown beside the phases.
 METRIC_COLUMNS = ("time_to_first_command_s", "episode_s", "wall_s")
-DEFAULT_GROUP = ("substrate", "tier", "steps")
+#: What may be aggregated together by default: never across action modes or fidelities.
+DEFAULT_GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -166,8 +167,11 @@ def fit_trajectory(steps: Sequence[float], times: Sequence[float]) -> Trajectory
     )
 
 
-def trajectory_fits(runs: pd.DataFrame, by: str = "substrate") -> dict[str, TrajectoryFit | None]:
-    """A fit per substrate over its successful trajectory runs (steps > 0), on episode time."""
+def trajectory_fits(runs: pd.DataFrame, by: str = "series") -> dict[str, TrajectoryFit | None]:
+    """A fit per series (substrate · mode [fidelity]) over its successful trajectory runs
+    (steps > 0), on episode time."""
+    if by == "series" and "series" not in runs:
+        runs = add_series(runs)
     ok = successful(runs)
     ok = ok[ok["steps"] > 0]
     return {

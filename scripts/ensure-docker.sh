@@ -63,6 +63,17 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     fail_or_note "no Docker engine answers and this user can't install one (needs root and apt)"
 fi
 
+# The runtime is configured before docker.io is installed: where installing it starts dockerd
+# (an init system), that engine then comes up with runsc already.
+if ! grep -q runsc "$DAEMON_JSON" 2>/dev/null; then
+    configure_runsc || fail_or_note "cannot write $DAEMON_JSON"
+    if engine_up; then
+        # A running engine reads daemon.json again on SIGHUP (runtimes are reloadable).
+        pkill -HUP -x dockerd || true
+        for _ in $(seq 50); do have_runsc_runtime && break; sleep 0.1; done
+    fi
+fi
+
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v runsc >/dev/null || missing+=(runsc)
@@ -74,13 +85,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq "${missing[@]}" >/dev/null || fail_or_note "apt-get install ${missing[*]} failed"
 fi
 
-if ! grep -q runsc "$DAEMON_JSON" 2>/dev/null; then
-    configure_runsc || fail_or_note "cannot write $DAEMON_JSON"
-    if engine_up; then
-        # A running engine reads daemon.json again on SIGHUP (runtimes are reloadable).
-        pkill -HUP -x dockerd || true
-        for _ in $(seq 50); do have_runsc_runtime && break; sleep 0.1; done
-    fi
+# An engine that an install just started may need a moment before it answers.
+if ! engine_up && pgrep -x dockerd >/dev/null; then
+    wait_engine 30 "$(pgrep -x dockerd | head -n 1)" || true
+fi
+if engine_up && ! have_runsc_runtime; then
+    pkill -HUP -x dockerd || true
+    for _ in $(seq 50); do have_runsc_runtime && break; sleep 0.1; done
 fi
 
 if ! engine_up; then

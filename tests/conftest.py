@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from rtax import fixtures
 from rtax.fixtures import Fixture, GitServer
+from rtax.reaper import pid_alive
 from rtax.store import Store
 from rtax.substrates.local import LocalSubstrate
 from rtax.workloads import RepoSource
@@ -123,13 +125,31 @@ def docker_repo_source(attrs_fixture: Fixture, docker_git_server: GitServer) -> 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_containers() -> Iterator[None]:
-    """After the whole suite, no container labelled rtax may be left on the engine."""
-    yield
+    """After the whole suite, no container labelled rtax that this run made may be left.
+
+    "This run" = not there when the suite started, and owned by this process or by a process
+    that is gone (the CLI subprocesses the tests start); a concurrent probe's containers (a
+    live owner that isn't us) are neither counted nor touched."""
     api, _ = _docker_api_or_reason()
+    before = (
+        {c["Id"] for c in api.containers(all=True, filters={"label": "rtax"})} if api else set()
+    )
+    yield
     if api is None:
         return
-    leaked = api.containers(all=True, filters={"label": "rtax"})
-    names = [c["Names"] for c in leaked]
+    host = socket.gethostname()
+    leaked = []
+    for c in api.containers(all=True, filters={"label": "rtax"}):
+        owner_host, _, pid = (c["Labels"].get("rtax.owner") or "").rpartition(":")
+        ours = (
+            owner_host == host
+            and pid.isdigit()
+            and (int(pid) == os.getpid() or not pid_alive(int(pid)))
+        )
+        if c["Id"] not in before and ours:
+            leaked.append(c)
     for c in leaked:  # remove them so one failure doesn't cascade into the next run
         api.remove_container(c["Id"], force=True)
-    assert not leaked, f"containers labelled rtax left after the suite: {names}"
+    assert not leaked, (
+        f"containers labelled rtax left after the suite: {[c['Names'] for c in leaked]}"
+    )

@@ -64,6 +64,10 @@ def run_main(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[i
         (["export", "--table", "bogus", "--out", "x.csv"], ("--table", "bogus")),
         (["export", "--out", "x.csv"], ("--table",)),  # --table is required
         (["bogus"], ("bogus",)),
+        (["probe", "--seed", str(2**63)], ("--seed", "at most")),
+        (["probe", "--mode", "turbo"], ("--mode", "turbo")),
+        (["fixtures", "--serve", "--port", "99999"], ("--port", "65535")),
+        (["reap", "--older-than", "-5"], ("--older-than",)),
     ],
 )
 def test_argparse_errors_exit_2_with_one_line(
@@ -95,6 +99,31 @@ def test_steps_need_tier_t2(db: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert line.startswith("rtax probe: error:")
     assert "T2" in line and "steps" in line
     assert not db.exists()  # validated before any slow work, database untouched
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--tier", "T0", "--commit", "abc"], ("--commit", "T2")),
+        (["--tier", "T1", "--repo-url", "git://x/y"], ("--repo-url", "T2")),
+        (["--tier", "T2", "--repo-url", "path", "--substrate", "docker"], ("path", "docker")),
+    ],
+)
+def test_t2_only_flags_are_checked(
+    argv: list[str], words: tuple[str, ...], db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        import docker  # noqa: F401 - the docker case needs only the SDK, not an engine
+    except ImportError:
+        pytest.skip("docker SDK missing")
+    code, out, err = run_main(["probe", *argv, "--db", str(db), "--quiet"], capsys)
+    line = one_error_line(err)
+    if code == 2 and "cannot use substrate docker" in line:
+        pytest.skip("no Docker engine to build the docker substrate against")
+    assert code == 2 and out == ""
+    for word in words:
+        assert word in line
+    assert not db.exists()
 
 
 def test_unknown_substrate_kind(

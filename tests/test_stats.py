@@ -35,6 +35,8 @@ def run(
     phases = phases if phases is not None else (0.1,) * len(PHASE_COLUMNS)
     row: dict[str, Any] = {
         "substrate": substrate,
+        "mode": "exec",
+        "fidelity": "real",
         "tier": tier,
         "steps": steps,
         "status": status,
@@ -153,6 +155,8 @@ def test_latency_table_groups_by_substrate_tier_steps() -> None:
     table = stats.latency_table(runs, "episode_s")
     assert list(table.columns) == [
         "substrate",
+        "mode",
+        "fidelity",
         "tier",
         "steps",
         "runs",
@@ -275,7 +279,7 @@ def test_phase_means_per_group() -> None:
         run("b", phases=(0.5,) * 7),
     )
     means = stats.phase_means(runs)
-    assert list(means.columns) == ["substrate", "tier", "steps", "n", *PHASE_COLUMNS]
+    assert list(means.columns) == [*stats.DEFAULT_GROUP, "n", *PHASE_COLUMNS]
     assert means["substrate"].tolist() == ["a", "b"]
     assert means["n"].tolist() == [2, 1]
     a = means.iloc[0]
@@ -304,7 +308,7 @@ def test_phase_means_add_up_to_mean_of_per_run_sums() -> None:
 def test_phase_means_with_no_successful_runs() -> None:
     means = stats.phase_means(frame(run(status="failed")))
     assert means.empty
-    assert list(means.columns) == ["substrate", "tier", "steps", "n", *PHASE_COLUMNS]
+    assert list(means.columns) == [*stats.DEFAULT_GROUP, "n", *PHASE_COLUMNS]
 
 
 # -- amortized_per_action --------------------------------------------------------------------
@@ -425,3 +429,23 @@ def test_summarize_n_counts_finite_values(values: list[float]) -> None:
 def test_percentile_rejects_q_out_of_range_even_without_samples() -> None:
     with pytest.raises(ValueError):
         stats.percentile([], 150)
+
+
+def test_default_grouping_never_mixes_modes_or_fidelities() -> None:
+    runs = frame(
+        run(substrate="docker", episode_s=0.04),
+        run(substrate="docker", episode_s=0.002, mode="session"),
+        run(substrate="docker", episode_s=1.0, fidelity="emulated"),
+    )
+    table = stats.latency_table(runs, "episode_s")
+    assert len(table) == 3 and (table["n"] == 1).all()
+    fits = stats.trajectory_fits(
+        frame(
+            run(substrate="d", steps=10, episode_s=2.0),
+            run(substrate="d", steps=50, episode_s=6.0),
+            run(substrate="d", steps=10, episode_s=1.0, mode="session"),
+            run(substrate="d", steps=50, episode_s=1.4, mode="session"),
+        )
+    )
+    assert set(fits) == {"d", "d · session"}
+    assert fits["d · session"].per_action_s == pytest.approx(0.01)

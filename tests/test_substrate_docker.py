@@ -19,8 +19,9 @@ from rtax import reaper, workloads
 from rtax.probe import run_rollout
 from rtax.store import Store
 from rtax.substrates import by_name
-from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment
+from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment, ExecError
 from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.docker_session import MAX_OUTPUT
 from rtax.workloads import Action, RepoSource, Workload
 
 
@@ -107,7 +108,7 @@ def test_milestones_and_provenance(
     store.save_rollout(record)
     run = store.runs().iloc[0]
     names = [m["name"] for m in json.loads(run["milestones"])]
-    assert names == ["created", "started", "running", "removed"]
+    assert names == ["created", "started", "running", "first_command", "removed"]
     provenance = json.loads(run["provenance"])
     assert provenance["substrate"]["image_id"] == runner_image
     assert provenance["substrate"]["runtime"] == "runc"
@@ -147,6 +148,61 @@ def test_session_survives_a_timeout(docker_session: DockerSubstrate, env_of) -> 
     after = docker_session.run(env, "echo still here; pgrep -c -f 'slee[p] 60' || true", 30)
     assert after.stdout == "still here\n0\n"  # the hung tree is gone, the shell is the same
     assert env.handle["session"] is session
+
+
+def test_session_background_output_never_leaks_into_the_next_action(
+    docker_session: DockerSubstrate, env_of
+) -> None:
+    env = env_of(docker_session, "session-background")
+    run = docker_session.run
+    first = run(env, "(sleep 0.3; echo late-out; echo late-err >&2) & echo hi", 30)
+    assert (first.stdout, first.stderr) == ("hi\nlate-out\n", "late-err\n")  # waited for
+    second = run(env, "echo second", 30)
+    assert (second.stdout, second.stderr) == ("second\n", "")
+
+
+def test_session_timeout_kills_double_forked_processes(
+    docker_session: DockerSubstrate, env_of
+) -> None:
+    env = env_of(docker_session, "session-double-fork")
+    with pytest.raises(CommandTimeout, match="session kept"):
+        docker_session.run(env, "(sleep 101 &); sleep 101", 1.0)
+    left = docker_session.run(env, "pgrep -c -f 'slee[p] 101' || true", 30)
+    assert left.stdout == "0\n"
+
+
+def test_session_shell_killed_is_not_a_lost_container(
+    docker_session: DockerSubstrate, env_of
+) -> None:
+    env = env_of(docker_session, "session-shell-killed")
+    docker_session.run(env, "true", 30)
+    with pytest.raises(ExecError, match="container still runs"):
+        docker_session.run(env, "kill -9 $$", 30)  # $$ is the session's own shell
+    assert docker_session.run(env, "echo back", 30).stdout == "back\n"  # a new session
+
+
+def test_session_big_output_is_counted_exactly_and_capped(
+    docker_session: DockerSubstrate, env_of
+) -> None:
+    env = env_of(docker_session, "session-big")
+    size = MAX_OUTPUT * 2 + 123
+    result = docker_session.run(env, f"head -c {size} /dev/zero | tr '\\0' x; echo -n é", 60)
+    assert result.stdout_bytes == size + 2  # é is two bytes
+    assert len(result.stdout) < MAX_OUTPUT + 70_000  # head and tail kept (64 KiB batches)
+    assert result.stdout.startswith("x" * 1000) and result.stdout.endswith("xé")
+    assert "bytes not kept" in result.stdout
+
+
+def test_exec_exit_124_is_not_a_timeout(docker_exec: DockerSubstrate, env_of) -> None:
+    env = env_of(docker_exec, "exec-124")
+    assert docker_exec.run(env, "exit 124", 30).exit_code == 124
+
+
+def test_leftovers_are_per_substrate_name(docker_exec: DockerSubstrate, env_of) -> None:
+    other = DockerSubstrate(name="docker-other")
+    env = env_of(other, "leftover-other")
+    assert [lo.env_id for lo in other.leftovers()] == [env.env_id]
+    assert env.env_id not in [lo.env_id for lo in docker_exec.leftovers()]
 
 
 def test_exec_timeout_kills_the_command(docker_exec: DockerSubstrate, env_of) -> None:
@@ -213,6 +269,8 @@ def _dead_pid() -> int:
 
 
 def _plant(api, image: str, labels: dict[str, str]) -> str:
+    if LABEL in labels:
+        labels = {f"{LABEL}.substrate": "docker", **labels}
     return api.create_container(image, command=["sleep", "infinity"], labels=labels)["Id"]
 
 
@@ -257,6 +315,12 @@ def test_reaper_removes_orphans_only(
         assert live in ids and foreign in ids
         # --older-than: the live one is still protected by its live owner
         assert reaper.reap([docker_exec], older_than_s=60) == []
+        # no owner and no created_at label (made by hand): Docker's own creation time is used,
+        # and with --older-than it goes
+        unlabelled = _plant(api, runner_image, {LABEL: "1"})
+        assert reaper.reap([docker_exec], older_than_s=3600) == []  # too young
+        gone = reaper.reap([docker_exec], older_than_s=0)
+        assert [o.leftover.env_id for o in gone] == [unlabelled]
     finally:
         for cid in (orphan, live, foreign):
             with contextlib.suppress(docker.errors.NotFound):

@@ -129,7 +129,20 @@ def _complete(db: Path) -> None:
         assert (actions["run_id"] == run.run_id).sum() == run.n_actions_done == run.n_actions
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def _orphaned_daemons(root: Path, parent_pid: int) -> list[str]:
+    """git-daemons serving `root` whose parent is the dead probe or init (orphans)."""
+    out = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines()[1:]:
+        ppid, args = line.split(None, 1)
+        if "git-daemon" in args and f"--base-path={root}" in args and int(ppid) in (parent_pid, 1):
+            found.append(line)
+    return found
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"]
+)
 def test_cli_killed_mid_rollout_leaves_no_partial_rows(
     tmp_path: Path, attrs_fixture: Fixture, sig: signal.Signals
 ) -> None:
@@ -159,8 +172,13 @@ def test_cli_killed_mid_rollout_leaves_no_partial_rows(
         if proc.poll() is None:
             proc.kill()
     _complete(db)
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130, err
-        assert b"interrupted" in err and b"Traceback" not in err
+    # the git daemon that served T2 dies with the probe, whatever killed it
+    deadline = time.monotonic() + 10
+    while left := _orphaned_daemons(attrs_fixture.root, proc.pid):
+        assert time.monotonic() < deadline, f"git daemon outlived the probe: {left}"
+        time.sleep(0.05)  # polling with a deadline
+    if sig != signal.SIGKILL:
+        assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+        assert b"Traceback" not in err
         # the rollout in progress was cleaned up; SIGKILL leaves it for the reaper
         assert LocalSubstrate(root=envs).leftovers() == []

@@ -43,6 +43,9 @@ class CommandResult:
     stdout: str
     stderr: str
     latency_s: float
+    #: Bytes the command wrote, when the substrate kept only part of a long output.
+    stdout_bytes: int | None = None
+    stderr_bytes: int | None = None
 
 
 @dataclass(frozen=True)

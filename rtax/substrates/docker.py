@@ -23,7 +23,7 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -74,6 +74,7 @@ class DockerSubstrate:
         mode: str = "exec",
         base_url: str | None = None,
         api_timeout_s: float = 3600.0,
+        create_timeout_s: float = 120.0,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -93,6 +94,8 @@ class DockerSubstrate:
         else:
             self.api = docker.from_env(timeout=api_timeout_s).api
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.create_timeout_s = create_timeout_s
+        self._engine_default_runtime: str | None = None
 
     # -- life of one environment ------------------------------------------------------------
 
@@ -112,21 +115,28 @@ class DockerSubstrate:
             f"{LABEL}.owner": self._owner,
             f"{LABEL}.substrate": self.name,
         }
+        name = f"rtax-{run_id}"
         try:
-            created = self.api.create_container(
-                self.image,
-                command=["sleep", "infinity"],
-                labels=labels,
-                host_config=host_config,
-                working_dir="/work",
-                name=f"rtax-{run_id}",
-            )
+            with self._call_timeout(self.create_timeout_s):
+                created = self.api.create_container(
+                    self.image,
+                    command=["sleep", "infinity"],
+                    labels=labels,
+                    host_config=host_config,
+                    working_dir="/work",
+                    name=name,
+                )
         except errors.ImageNotFound as exc:
             raise CreateFailed(f"image {self.image} not found (run: rtax image build)") from exc
         except errors.APIError as exc:
             raise _classify(exc, CreateFailed) from exc
-        except _transport_errors() as exc:
-            raise CreateTimeout(f"container create: {exc}") from exc
+        except BaseException as exc:
+            # The engine may have made the container before the answer was lost (a transport
+            # timeout, Ctrl-C): remove it by its name, so that nothing outlives the rollout.
+            self._remove_quietly(name)
+            if isinstance(exc, _transport_errors()):
+                raise CreateTimeout(f"container create: {exc}") from exc
+            raise
         env = Environment(env_id=created["Id"], run_id=run_id, handle={"id": created["Id"]})
         env.mark("created")
         return env
@@ -135,7 +145,8 @@ class DockerSubstrate:
         errors = _docker().errors
         cid = env.env_id
         try:
-            self.api.start(cid)
+            with self._call_timeout(timeout_s):
+                self.api.start(cid)
             env.mark("started")
             deadline = clock() + timeout_s
             delay = 0.001
@@ -154,11 +165,18 @@ class DockerSubstrate:
             raise EnvironmentLost(f"container {cid[:12]} vanished at start") from exc
         except errors.APIError as exc:
             raise _classify(exc, CreateFailed) from exc
+        except _transport_errors() as exc:
+            raise ReadyTimeout(f"container start: {exc}") from exc
 
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         if self.mode == "session":
-            return self._session(env).run(command, timeout_s)
-        return self._exec(env, command, timeout_s)
+            result = self._session(env).run(command, timeout_s)
+        else:
+            result = self._exec(env, command, timeout_s)
+        if result.exit_code == 0 and not env.handle.get("first_command"):
+            env.handle["first_command"] = True
+            env.mark("first_command")
+        return result
 
     def _exec(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         errors = _docker().errors
@@ -173,9 +191,12 @@ class DockerSubstrate:
             command,
         ]
         try:
-            exec_id = self.api.exec_create(env.env_id, wrapped, workdir="/work")["Id"]
-            out, err = self.api.exec_start(exec_id, demux=True)
-            code = self.api.exec_inspect(exec_id)["ExitCode"]
+            # The in-container `timeout` stops the command; the API timeout is the backstop
+            # for an engine that stops answering.
+            with self._call_timeout(timeout_s + _KILL_GRACE_S + 30):
+                exec_id = self.api.exec_create(env.env_id, wrapped, workdir="/work")["Id"]
+                out, err = self.api.exec_start(exec_id, demux=True)
+                code = self.api.exec_inspect(exec_id)["ExitCode"]
         except errors.NotFound as exc:
             raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
         except errors.APIError as exc:
@@ -185,7 +206,9 @@ class DockerSubstrate:
         except _transport_errors() as exc:
             raise ExecError(f"exec: {exc}") from exc
         latency = clock() - t0
-        if code == _TIMEOUT_EXIT or (code == 137 and latency >= timeout_s):
+        # 124 (TERM) or 137 (KILL after the grace) from `timeout`, but only once the timeout
+        # has passed: a command may exit 124 by itself (e.g. an agent's own `timeout 10 ...`).
+        if code in (_TIMEOUT_EXIT, 137) and latency >= timeout_s:
             raise CommandTimeout(f"killed after {timeout_s:.3g} s (exit {code})")
         if code is None:
             raise ExecError("exec finished without an exit code")
@@ -212,19 +235,25 @@ class DockerSubstrate:
         if session is not None:
             session.close()
         try:
-            self.api.remove_container(env.env_id, force=True)
+            with self._call_timeout(timeout_s):
+                self.api.remove_container(env.env_id, force=True)
         except errors.NotFound:
             pass  # already gone: verified below
         except errors.APIError as exc:
             raise CleanupFailed(f"remove {env.env_id[:12]}: {exc.explanation}") from exc
+        except _transport_errors() as exc:
+            raise CleanupFailed(f"remove {env.env_id[:12]}: {exc}") from exc
         deadline = clock() + timeout_s
         delay = 0.001
         while True:
             try:
-                self.api.inspect_container(env.env_id)
+                with self._call_timeout(max(deadline - clock(), 1.0)):
+                    self.api.inspect_container(env.env_id)
             except errors.NotFound:
                 env.mark("removed")
                 return
+            except (errors.APIError, *_transport_errors()) as exc:
+                raise CleanupFailed(f"verify removal of {env.env_id[:12]}: {exc}") from exc
             if clock() >= deadline:
                 raise CleanupFailed(f"container {env.env_id[:12]} still exists after removal")
             time.sleep(delay)  # removal is asynchronous for a dying container: poll, bounded
@@ -232,18 +261,38 @@ class DockerSubstrate:
 
     def leftovers(self) -> list[Leftover]:
         found = []
-        for c in self.api.containers(all=True, filters={"label": LABEL}):
+        # Only this substrate's own (docker and docker-gvisor share an engine).
+        label_filter = [LABEL, f"{LABEL}.substrate={self.name}"]
+        for c in self.api.containers(all=True, filters={"label": label_filter}):
             labels = c.get("Labels") or {}
+            created = labels.get(f"{LABEL}.created_at")
+            if created is None and c.get("Created"):
+                created = datetime.fromtimestamp(c["Created"], UTC).isoformat()
             found.append(
                 Leftover(
                     env_id=c["Id"],
                     run_id=labels.get(f"{LABEL}.run_id"),
-                    created_at=labels.get(f"{LABEL}.created_at"),
+                    created_at=created,
                     owner=labels.get(f"{LABEL}.owner"),
                     detail=f"{labels.get(f'{LABEL}.substrate')}, {c.get('State')}",
                 )
             )
         return found
+
+    def _remove_quietly(self, ref: str) -> None:
+        """Force-remove a container by id or name, ignoring every error (best effort)."""
+        with contextlib.suppress(Exception), self._call_timeout(60):
+            self.api.remove_container(ref, force=True)
+
+    @contextlib.contextmanager
+    def _call_timeout(self, seconds: float) -> Iterator[None]:
+        """Bound the engine calls inside to `seconds` (the SDK's client-wide timeout)."""
+        previous = self.api.timeout
+        self.api.timeout = max(seconds, 1.0)
+        try:
+            yield
+        finally:
+            self.api.timeout = previous
 
     def remove_leftover(self, leftover: Leftover) -> None:
         """Force-remove a leftover container (the reaper's backstop for crashed runs)."""
@@ -285,6 +334,12 @@ class DockerSubstrate:
                 return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
         raise ExecError(f"network {self.network} has no gateway address")
 
+    def _default_runtime(self) -> str:
+        """The engine's default runtime (what a container without `runtime` really runs on)."""
+        if self._engine_default_runtime is None:
+            self._engine_default_runtime = str(self.api.info().get("DefaultRuntime") or "runc")
+        return self._engine_default_runtime
+
     def describe(self) -> dict[str, Any]:
         version = self.api.version()
         try:
@@ -300,7 +355,7 @@ class DockerSubstrate:
             "image": self.image,
             "image_id": image_id,
             "image_digests": digests,
-            "runtime": self.runtime or "runc",
+            "runtime": self.runtime or self._default_runtime(),
             "cpus": self.cpus,
             "memory": self.memory,
             "network": self.network,

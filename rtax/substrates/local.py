@@ -69,28 +69,34 @@ class LocalSubstrate:
 
     def create(self, run_id: str) -> Environment:
         workdir = self.root / f"rtax-{run_id}"
+        label = {
+            "label": LABEL,
+            "run_id": run_id,
+            "created_at": datetime.now(UTC).isoformat(),
+            "owner": f"{socket.gethostname()}:{os.getpid()}",
+        }
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            if self.template.is_dir():
-                shutil.copytree(self.template, workdir, symlinks=True)
-            else:
-                workdir.mkdir()
-            label = {
-                "label": LABEL,
-                "run_id": run_id,
-                "created_at": datetime.now(UTC).isoformat(),
-                "owner": f"{socket.gethostname()}:{os.getpid()}",
-            }
+            # The label goes in first, so that a copy interrupted half-way is still a leftover
+            # that `rtax reap` finds.
+            workdir.mkdir()
             (workdir / LABEL_FILE).write_text(json.dumps(label))
-        except OSError as exc:
-            raise CreateFailed(f"cannot make {workdir}: {exc}") from exc
-        env = Environment(env_id=str(workdir), run_id=run_id, handle=workdir)
+            if self.template.is_dir():
+                shutil.copytree(self.template, workdir, symlinks=True, dirs_exist_ok=True)
+        except BaseException as exc:
+            shutil.rmtree(workdir, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise CreateFailed(f"cannot make {workdir}: {exc}") from exc
+            raise
+        env = Environment(
+            env_id=str(workdir), run_id=run_id, handle={"path": workdir, "groups": set()}
+        )
         env.mark("created")
         return env
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:
         # A directory is "running" as soon as it exists; checking keeps the phase honest.
-        if not Path(env.handle).is_dir():
+        if not env.handle["path"].is_dir():
             raise EnvironmentLost(f"{env.env_id} does not exist")
         env.mark("running")
 
@@ -99,7 +105,7 @@ class LocalSubstrate:
         try:
             proc = subprocess.Popen(
                 [self.shell, "-c", command],
-                cwd=env.handle,
+                cwd=env.handle["path"],
                 env=self._env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -107,11 +113,12 @@ class LocalSubstrate:
                 start_new_session=True,  # its own process group, so a timeout kills all of it
             )
         except FileNotFoundError as exc:
-            if not Path(env.handle).is_dir():
+            if not env.handle["path"].is_dir():
                 raise EnvironmentLost(f"{env.env_id} is gone") from exc
             raise ExecError(str(exc)) from exc
         except OSError as exc:
             raise ExecError(str(exc)) from exc
+        env.handle["groups"].add(proc.pid)  # killed at destroy: nothing outlives its environment
         try:
             out, err = proc.communicate(timeout=max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
@@ -133,7 +140,9 @@ class LocalSubstrate:
         )
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
-        workdir = Path(env.handle)
+        workdir = env.handle["path"]
+        for group in env.handle["groups"]:
+            _kill_group(group)  # background processes a command left behind
         try:
             shutil.rmtree(workdir)
         except FileNotFoundError:
