@@ -196,6 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reap.add_argument("--dry-run", action="store_true", help="list, remove nothing")
 
+    sched = sub.add_parser("schedule", help="run the configured probe plans until stopped")
+    sched.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="configuration file (default: $RTAX_CONFIG, ./rtax.toml, the checkout's rtax.toml)",
+    )
+    conf = sub.add_parser("config", help="the configuration file")
+    conf_sub = conf.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
+    check = conf_sub.add_parser("check", help="validate it: one line per mistake, exit 2")
+    check.add_argument("--config", type=Path, default=None, help="configuration file")
+
     fix = sub.add_parser("fixtures", help="build the offline attrs fixture (a no-op if built)")
     fix.add_argument("--force", action="store_true", help="rebuild even if up to date")
     fix.add_argument(
@@ -214,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fixtures": cmd_fixtures,
         "image": cmd_image,
         "reap": cmd_reap,
+        "schedule": cmd_schedule,
+        "config": cmd_config,
     }[args.command]
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -497,6 +511,54 @@ def cmd_reap(args: argparse.Namespace) -> int:
             f"(run {orphan.leftover.run_id}): {orphan.reason}"
         )
     print(f"{verb} {len(orphans)} orphan(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from rtax import config
+
+    try:
+        conf = config.load(args.config)
+    except config.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"rtax config: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    plans = ", ".join(
+        f"{p.name} ({p.tier}{f' S={p.steps}' if p.steps else ''}, every {p.interval_s:g} s)"
+        for p in conf.plans
+    )
+    print(
+        f"{conf.path}: ok; database {conf.database}; substrates "
+        f"{', '.join(conf.substrates)}; plans {plans or 'none'}"
+    )
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    import logging
+
+    from rtax import config
+    from rtax.scheduler import LockHeld, Prober
+
+    try:
+        conf = config.load(args.config)
+    except config.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"rtax schedule: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    prober = Prober(conf)
+    try:
+        prober.start()
+    except LockHeld as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        prober.stopped.wait()  # until Ctrl-C or SIGTERM (both raise here)
+    finally:
+        prober.stop(wait=False)
     return 0
 
 

@@ -38,3 +38,8 @@ def local_envs_dir() -> Path:
     """Where the local substrate makes its per-rollout working directories."""
     env = os.environ.get("RTAX_LOCAL_ROOT")
     return Path(env) if env else Path(tempfile.gettempdir()) / "rtax-local"
+
+
+def checkout_root() -> Path:
+    """The top of the checkout (where the shipped rtax.toml and app.py live)."""
+    return _CHECKOUT_DATA.parent

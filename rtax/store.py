@@ -71,7 +71,7 @@ ACTION_COLUMNS: dict[str, type] = {
 
 
 #: Every column of runs, in order, as of the latest schema.
-RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode")
+RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode", "plan", "scheduled_at")
 
 
 class StoreError(RuntimeError):
@@ -94,10 +94,18 @@ def _v2(db: sqlite_utils.Database) -> None:
     db["runs"].create_index(["fidelity", "status"], if_not_exists=True)
 
 
+def _v3(db: sqlite_utils.Database) -> None:
+    """Which scheduler plan made a run and when it was due (scheduler lag = started_at minus
+    scheduled_at)."""
+    db.execute("ALTER TABLE [runs] ADD COLUMN [plan] TEXT")
+    db.execute("ALTER TABLE [runs] ADD COLUMN [scheduled_at] TEXT")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
     (2, _v2),
+    (3, _v3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -180,7 +188,7 @@ class Store:
 
     def save_rollout(self, record: RolloutRecord) -> None:
         """Write a run and all its actions in one transaction (all or nothing)."""
-        run_cols = [*RUN_COLUMNS, "mode"]
+        run_cols = list(RUN_COLUMNS_ALL)
         run_sql = (
             f"INSERT INTO runs ({', '.join(run_cols)}) VALUES ({', '.join('?' for _ in run_cols)})"
         )

@@ -13,7 +13,14 @@ import sqlite_utils
 
 from factories import make_action, make_record, make_run
 from rtax import store as store_module
-from rtax.store import ACTION_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, Store, StoreError
+from rtax.store import (
+    ACTION_COLUMNS,
+    RUN_COLUMNS,
+    RUN_COLUMNS_ALL,
+    SCHEMA_VERSION,
+    Store,
+    StoreError,
+)
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -31,7 +38,7 @@ def test_new_database_has_current_schema_and_wal(store: Store, db_path: Path) ->
     assert store.version == SCHEMA_VERSION
     assert store.db.journal_mode == "wal"
     assert set(store.db.table_names()) >= {"runs", "actions"}
-    assert set(store.db["runs"].columns_dict) == {*RUN_COLUMNS, "mode"}
+    assert set(store.db["runs"].columns_dict) == set(RUN_COLUMNS_ALL)
     assert set(store.db["actions"].columns_dict) == set(ACTION_COLUMNS)
     assert store.count("runs") == 0 and store.count("actions") == 0
     with raw(db_path) as conn:
@@ -334,7 +341,7 @@ def test_migrate_reports_versions_applied(db_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(store_module.Store, "migrate", spy)
     Store(db_path).close()
     Store(db_path).close()
-    assert applied == [2]  # v1 -> v2 once, then nothing
+    assert applied == [2, 3]  # v1 -> v2 -> v3 once, then nothing
 
 
 def test_failed_migration_leaves_the_file_openable(

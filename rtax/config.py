@@ -1,0 +1,307 @@
+"""The configuration file: which substrates to probe, with what, how often, kept how long.
+
+Why one TOML file (README.md#configuration): the scheduler runs for months unattended, so what it
+does must be written down, reviewable, and checked before it runs: `rtax config check` reports
+every mistake as one line naming its key. Credentials never appear as values: a parameter may
+name an environment variable (``*_env``), and client libraries read their usual configuration.
+
+Where the file is: ``--config PATH``, else ``$RTAX_CONFIG``, else ``rtax.toml`` in the current
+folder, else the one shipped at the top of the checkout. Relative paths inside it (the
+database) are relative to the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtax import paths, workloads
+from rtax.substrates import REGISTRY
+
+DEFAULT_FILE = "rtax.toml"
+#: Parameter names that look like secrets: their values must not be in the file.
+_SECRET = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.I)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class ConfigError(ValueError):
+    """Every mistake found, one line each (the first line is the message)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class SubstrateConfig:
+    name: str
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+    #: skip (with a log line) when it can't be set up, instead of failing its plans
+    optional: bool = False
+    #: budget per day (None: unlimited); probing clouds costs money
+    max_rollouts_per_day: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    substrates: tuple[str, ...]
+    tier: str
+    steps: int
+    repeat: int
+    interval_s: float
+    jitter_s: float
+    mode: str | None = None
+
+
+@dataclass(frozen=True)
+class Retention:
+    raw_days: float
+    bucket: str  # "hour" or "day"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    database: Path
+    substrates: dict[str, SubstrateConfig]
+    plans: tuple[Plan, ...]
+    retention: Retention
+    concurrency: int
+    deadline_s: float
+    misfire_grace_s: float
+
+
+def duration(value: Any) -> float:
+    """Seconds from a number or a string such as "90s", "10m", "1.5h", "2d"."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration")
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 10m, 2h, 1d)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def find(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The configuration file to use (see the module docstring)."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("RTAX_CONFIG"):
+        return Path(os.environ["RTAX_CONFIG"])
+    here = Path.cwd() / DEFAULT_FILE
+    if here.is_file():
+        return here
+    return paths.checkout_root() / DEFAULT_FILE
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read and check a configuration file; raise `ConfigError` listing every mistake."""
+    file = find(path)
+    try:
+        raw = tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise ConfigError([f"{file}: no such file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{file}: cannot read: {exc.strerror}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{file}: not valid TOML: {exc}"]) from None
+    return parse(raw, base=file.resolve().parent, path=file)
+
+
+def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Config:
+    """Check a parsed TOML document; every problem is one line naming its key."""
+    problems: list[str] = []
+    where = f"{path}: " if path else ""
+
+    def bad(key: str, message: str) -> None:
+        problems.append(f"{where}{key}: {message}")
+
+    known = {"database", "substrates", "plans", "retention", "scheduler"}
+    for key in raw:
+        if key not in known:
+            bad(key, f"unknown key (known: {', '.join(sorted(known))})")
+
+    database = raw.get("database", "data/rtax.db")
+    if not isinstance(database, str) or not database:
+        bad("database", "must be a file path (a string)")
+        database = "data/rtax.db"
+    db_path = Path(database) if Path(database).is_absolute() else base / database
+
+    substrates: dict[str, SubstrateConfig] = {}
+    entries = raw.get("substrates", [])
+    if not isinstance(entries, list):
+        bad("substrates", "must be an array of tables ([[substrates]])")
+        entries = []
+    for i, entry in enumerate(entries):
+        key = f"substrates[{i}]"
+        if not isinstance(entry, dict):
+            bad(key, "must be a table")
+            continue
+        for extra in set(entry) - {"name", "kind", "params", "optional", "max_rollouts_per_day"}:
+            bad(f"{key}.{extra}", "unknown key")
+        name, kind = entry.get("name"), entry.get("kind")
+        if not isinstance(name, str) or not name:
+            bad(f"{key}.name", "missing (a non-empty string)")
+            continue
+        key = f"substrates.{name}"
+        if name in substrates:
+            bad(f"{key}", "defined twice")
+        if kind not in REGISTRY:
+            bad(f"{key}.kind", f"unknown kind {kind!r} (known: {', '.join(sorted(REGISTRY))})")
+        params = entry.get("params", {})
+        if not isinstance(params, dict):
+            bad(f"{key}.params", "must be a table")
+            params = {}
+        for pname, value in params.items():
+            if _SECRET.search(pname) and not pname.endswith("_env"):
+                bad(
+                    f"{key}.params.{pname}",
+                    "looks like a credential: never put secrets in "
+                    f'the file; name an environment variable instead ({pname}_env = "VAR")',
+                )
+            if pname.endswith("_env") and not (
+                isinstance(value, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", value)
+            ):
+                bad(
+                    f"{key}.params.{pname}",
+                    'must name an environment variable (e.g. "AWS_PROFILE")',
+                )
+        optional = entry.get("optional", False)
+        if not isinstance(optional, bool):
+            bad(f"{key}.optional", "must be true or false")
+        budget = entry.get("max_rollouts_per_day")
+        if budget is not None and (
+            not isinstance(budget, int) or isinstance(budget, bool) or budget < 1
+        ):
+            bad(f"{key}.max_rollouts_per_day", "must be a whole number >= 1")
+        substrates[name] = SubstrateConfig(
+            name,
+            str(kind),
+            dict(params),
+            bool(optional),
+            budget if isinstance(budget, int) else None,
+        )
+
+    plans: list[Plan] = []
+    plan_entries = raw.get("plans", [])
+    if not isinstance(plan_entries, list):
+        bad("plans", "must be an array of tables ([[plans]])")
+        plan_entries = []
+    names: set[str] = set()
+    for i, entry in enumerate(plan_entries):
+        key = f"plans[{i}]"
+        if not isinstance(entry, dict):
+            bad(key, "must be a table")
+            continue
+        name = entry.get("name", f"plan{i}")
+        key = f"plans.{name}"
+        if name in names:
+            bad(key, "defined twice")
+        names.add(name)
+        for extra in set(entry) - {
+            "name",
+            "substrates",
+            "tier",
+            "steps",
+            "repeat",
+            "interval",
+            "jitter",
+            "mode",
+        }:
+            bad(f"{key}.{extra}", "unknown key")
+        subs = entry.get("substrates")
+        if isinstance(subs, str):
+            subs = [subs]
+        if not isinstance(subs, list) or not subs or not all(isinstance(s, str) for s in subs):
+            bad(f"{key}.substrates", "must be a non-empty list of substrate names")
+            subs = []
+        for s in subs:
+            if s not in substrates:
+                bad(f"{key}.substrates", f"unknown substrate {s!r} (define it in [[substrates]])")
+        tier = entry.get("tier")
+        steps = entry.get("steps", 0)
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            bad(f"{key}.steps", "must be a whole number")
+            steps = 0
+        try:
+            workloads.validate(str(tier), steps)
+        except workloads.WorkloadError as exc:
+            bad(f"{key}.tier" if tier not in workloads.TIERS else f"{key}.steps", str(exc))
+        repeat = entry.get("repeat", 1)
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+            bad(f"{key}.repeat", "must be a whole number >= 1")
+            repeat = 1
+        try:
+            interval = duration(entry.get("interval", "10m"))
+            if interval <= 0:
+                raise ValueError("must be positive")
+        except ValueError as exc:
+            bad(f"{key}.interval", str(exc))
+            interval = 600.0
+        try:
+            jitter = duration(entry.get("jitter", 0))
+            if jitter < 0 or jitter >= interval:
+                raise ValueError("must be >= 0 and shorter than the interval")
+        except ValueError as exc:
+            bad(f"{key}.jitter", str(exc))
+            jitter = 0.0
+        mode = entry.get("mode")
+        if mode is not None and mode not in ("exec", "session"):
+            bad(f"{key}.mode", "must be exec or session")
+        plans.append(Plan(str(name), tuple(subs), str(tier), steps, repeat, interval, jitter, mode))
+
+    retention_raw = raw.get("retention", {})
+    if not isinstance(retention_raw, dict):
+        bad("retention", "must be a table")
+        retention_raw = {}
+    for extra in set(retention_raw) - {"raw_days", "bucket"}:
+        bad(f"retention.{extra}", "unknown key")
+    raw_days = retention_raw.get("raw_days", 30)
+    if isinstance(raw_days, bool) or not isinstance(raw_days, (int, float)) or raw_days <= 0:
+        bad("retention.raw_days", "must be a positive number of days")
+        raw_days = 30
+    bucket = retention_raw.get("bucket", "hour")
+    if bucket not in ("hour", "day"):
+        bad("retention.bucket", 'must be "hour" or "day"')
+        bucket = "hour"
+
+    sched = raw.get("scheduler", {})
+    if not isinstance(sched, dict):
+        bad("scheduler", "must be a table")
+        sched = {}
+    for extra in set(sched) - {"concurrency", "deadline", "misfire_grace"}:
+        bad(f"scheduler.{extra}", "unknown key")
+    concurrency = sched.get("concurrency", 1)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        bad("scheduler.concurrency", "must be a whole number >= 1")
+        concurrency = 1
+    seconds = {}
+    for key, default in (("deadline", "15m"), ("misfire_grace", "5m")):
+        try:
+            seconds[key] = duration(sched.get(key, default))
+            if seconds[key] <= 0:
+                raise ValueError("must be positive")
+        except ValueError as exc:
+            bad(f"scheduler.{key}", str(exc))
+            seconds[key] = duration(default)
+
+    if problems:
+        raise ConfigError(problems)
+    return Config(
+        path,
+        db_path,
+        substrates,
+        tuple(plans),
+        Retention(float(raw_days), bucket),
+        concurrency,
+        seconds["deadline"],
+        seconds["misfire_grace"],
+    )

@@ -1,0 +1,356 @@
+"""The live prober: an APScheduler background scheduler that runs the configured probe plans.
+
+Why these choices (README.md#scheduler):
+
+- One job per plan, with an interval trigger and jitter, ``coalesce`` (a backlog collapses into
+  one run), ``max_instances=1`` and an explicit ``misfire_grace_time`` (a run that is too late
+  is skipped, never run late and mislabelled).
+- A global semaphore (default 1) so that probes never run at the same time and distort each
+  other's timings; each cycle visits the plan's substrates in a random order.
+- Every rollout has a wall deadline. It runs in a worker thread; if the thread is still busy at
+  the deadline, a failed row (``deadline_exceeded``) is written, the slot is freed and the other
+  jobs go on; the stuck rollout cleans up after itself whenever it returns and is not recorded.
+  A failing or hanging substrate never stops the monitor.
+- The scheduled time of each run is recorded beside its actual start (``scheduled_at``,
+  ``started_at``): the scheduler's lag is data too.
+- Exactly one scheduler per database: an exclusive lock held for the scheduler's lifetime. On
+  start it reaps orphans that a crashed scheduler left.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rtax import __version__, fixtures, reaper, workloads
+from rtax.config import Config, Plan, SubstrateConfig
+from rtax.fixtures import Fixture, GitServer
+from rtax.probe import PHASES, ProbeOptions, RolloutRecord, run_rollout
+from rtax.store import Store
+from rtax.substrates import get_substrate
+from rtax.substrates.base import Substrate
+from rtax.workloads import RepoSource
+
+log = logging.getLogger("rtax.scheduler")
+
+#: Builds a substrate from its configuration (injectable: tests hand in their own).
+Factory = Callable[[SubstrateConfig, dict[str, Any]], Substrate]
+
+
+def default_factory(conf: SubstrateConfig, overrides: dict[str, Any]) -> Substrate:
+    params = {k: v for k, v in conf.params.items() if not k.endswith("_env")}
+    params.update(
+        {
+            k[:-4]: os.environ[v]
+            for k, v in conf.params.items()
+            if k.endswith("_env") and v in os.environ
+        }
+    )
+    params.update(overrides)
+    return get_substrate(conf.kind, name=conf.name, **params)
+
+
+class LockHeld(RuntimeError):
+    """Another scheduler already owns this database."""
+
+
+class SchedulerLock:
+    """An exclusive flock on ``<database>.scheduler.lock`` for the scheduler's lifetime.
+
+    The kernel drops a flock when its process dies, however it dies, so a crashed scheduler
+    never blocks the next one."""
+
+    def __init__(self, database: Path) -> None:
+        self.path = Path(f"{database}.scheduler.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LockHeld(
+                f"another scheduler already runs on this database ({holder}); lock: {self.path}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(
+            fd,
+            f"pid {os.getpid()} on {socket.gethostname()} since "
+            f"{datetime.now(UTC).isoformat(timespec='seconds')}".encode(),
+            0,
+        )
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class Prober:
+    """Runs the plans of a `Config` on a background scheduler, writing every rollout."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        factory: Factory = default_factory,
+        fixture: Fixture | None = None,
+        clock_start: datetime | None = None,
+    ) -> None:
+        self.config = config
+        self.factory = factory
+        self.fixture = fixture
+        self.lock = SchedulerLock(config.database)
+        self.slots = threading.BoundedSemaphore(config.concurrency)
+        self.enabled: dict[str, bool] = {}
+        self.servers: dict[str, GitServer] = {}
+        self._submitted: dict[str, queue.Queue[datetime]] = {}
+        self._scheduler: Any = None
+        self._servers_lock = threading.Lock()
+        self._start = clock_start
+        self.stopped = threading.Event()
+
+    # -- life ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take the lock, check the substrates, reap orphans, then schedule every plan."""
+        from apscheduler.events import EVENT_JOB_SUBMITTED
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        self.config.database.parent.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            Store(self.config.database).close()  # create and migrate once, up front
+            if self.fixture is None:
+                self.fixture = fixtures.build()
+            self._check_substrates()
+            self._reap()
+            self._scheduler = BackgroundScheduler(
+                executors={"default": ThreadPoolExecutor(max(len(self.config.plans), 1))},
+                job_defaults={
+                    "coalesce": True,
+                    "max_instances": 1,
+                    "misfire_grace_time": int(self.config.misfire_grace_s),
+                },
+                timezone="UTC",
+            )
+            self._scheduler.add_listener(self._on_submitted, EVENT_JOB_SUBMITTED)
+            first = self._start or datetime.now(UTC)
+            for i, plan in enumerate(self.config.plans):
+                self._submitted[plan.name] = queue.Queue()
+                self._scheduler.add_job(
+                    self.run_plan,
+                    IntervalTrigger(seconds=plan.interval_s, jitter=plan.jitter_s or None),
+                    args=[plan],
+                    id=plan.name,
+                    name=plan.name,
+                    next_run_time=first + timedelta(seconds=2 * i),  # staggered first runs
+                )
+            self._scheduler.start()
+            log.info(
+                "scheduler started: %d plans, database %s",
+                len(self.config.plans),
+                self.config.database,
+            )
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def stop(self, wait: bool = True) -> None:
+        self.stopped.set()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=wait)
+            self._scheduler = None
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()
+        self.lock.release()
+
+    def _on_submitted(self, event: Any) -> None:
+        if event.job_id in self._submitted and event.scheduled_run_times:
+            self._submitted[event.job_id].put(event.scheduled_run_times[-1])
+
+    def _check_substrates(self) -> None:
+        for name, conf in self.config.substrates.items():
+            try:
+                self.factory(conf, {}).prepare(lambda m, n=name: log.info("%s: %s", n, m))
+                self.enabled[name] = True
+            except Exception as exc:
+                if not conf.optional:
+                    raise
+                self.enabled[name] = False
+                log.warning("substrate %s is skipped (optional, not usable here): %s", name, exc)
+
+    def _reap(self) -> None:
+        substrates = []
+        for name, conf in self.config.substrates.items():
+            if self.enabled.get(name):
+                substrates.append(self.factory(conf, {}))
+        for orphan in reaper.reap(substrates):
+            log.warning(
+                "reaped %s leftover %s (run %s): %s",
+                orphan.substrate,
+                orphan.leftover.env_id,
+                orphan.leftover.run_id,
+                orphan.reason,
+            )
+
+    # -- one plan, one cycle ---------------------------------------------------------------
+
+    def run_plan(self, plan: Plan) -> None:
+        """One cycle of a plan: its substrates in a random order, `repeat` rollouts each."""
+        try:
+            scheduled = self._submitted[plan.name].get(timeout=5)
+        except queue.Empty:
+            scheduled = None
+        names = [n for n in plan.substrates if self.enabled.get(n)]
+        random.shuffle(names)
+        for name in names:
+            for _ in range(plan.repeat):
+                if self.stopped.is_set():
+                    return
+                try:
+                    self._one(plan, self.config.substrates[name], scheduled)
+                except Exception:  # Uptime Kuma's rule: a failing probe never stops the monitor
+                    log.exception("plan %s on %s: unexpected error", plan.name, name)
+
+    def _over_budget(self, conf: SubstrateConfig, store: Store) -> bool:
+        if conf.max_rollouts_per_day is None:
+            return False
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        used = store.count_runs(substrate=conf.name, since=midnight.isoformat())
+        return used >= conf.max_rollouts_per_day
+
+    def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> None:
+        with self.slots:
+            with Store(self.config.database) as store:
+                if self._over_budget(conf, store):
+                    log.info("plan %s: %s is over its daily budget; skipped", plan.name, conf.name)
+                    return
+            overrides = {"mode": plan.mode} if plan.mode else {}
+            substrate = self.factory(conf, overrides)
+            source = self._source(substrate) if plan.tier == "T2" else None
+            workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
+            record = self._run_with_deadline(substrate, workload)
+            record.run["plan"] = plan.name
+            if scheduled is not None:
+                record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
+                    timespec="microseconds"
+                )
+            with Store(self.config.database) as store:
+                store.save_rollout(record)
+        run = record.run
+        log.info(
+            "plan %s: %s %s%s %s in %.3f s%s",
+            plan.name,
+            run["substrate"],
+            run["tier"],
+            f" S={run['steps']}" if run["steps"] else "",
+            run["status"],
+            run["wall_s"] or 0.0,
+            f" ({run['error_class']})" if run["error_class"] else "",
+        )
+
+    def _source(self, substrate: Substrate) -> RepoSource:
+        """T2's repository over git://, served once per address the substrates reach."""
+        assert self.fixture is not None
+        host = substrate.host_address()
+        with self._servers_lock:
+            server = self.servers.get(host)
+            if server is None:
+                server = GitServer(self.fixture.root, host=host).start()
+                self.servers[host] = server
+        return RepoSource(
+            server.url(self.fixture.bare_repo.name),
+            self.fixture.buggy_commit,
+            self.fixture.fix_patch,
+            self.fixture.failing_test,
+        )
+
+    def _run_with_deadline(
+        self, substrate: Substrate, workload: workloads.Workload
+    ) -> RolloutRecord:
+        deadline = self.config.deadline_s
+        result: list[RolloutRecord] = []
+        started = datetime.now(UTC)
+        run_id = uuid.uuid4().hex
+        worker = threading.Thread(
+            target=lambda: result.append(
+                run_rollout(
+                    substrate, workload, run_id=run_id, options=ProbeOptions(deadline_s=deadline)
+                )
+            ),
+            name=f"rollout-{run_id[:8]}",
+            daemon=True,
+        )
+        worker.start()
+        # The runner enforces the deadline between calls; this is the backstop for a call that
+        # never returns (a hung API), with 10% of grace for the runner's own cleanup.
+        backstop = deadline * 1.1 + 1.0
+        worker.join(backstop)
+        if result:
+            return result[0]
+        log.error(
+            "rollout %s on %s still busy after %.0f s: recorded as deadline_exceeded; it "
+            "will clean up when it returns",
+            run_id,
+            substrate.name,
+            backstop,
+        )
+        return _stuck_record(substrate, workload, run_id, started, backstop)
+
+
+def _stuck_record(
+    substrate: Substrate,
+    workload: workloads.Workload,
+    run_id: str,
+    started: datetime,
+    waited_s: float,
+) -> RolloutRecord:
+    """The row for a rollout whose thread never returned: failed, phases unknown."""
+    run = {
+        "run_id": run_id,
+        "started_at": started.isoformat(timespec="microseconds"),
+        "ended_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "substrate": substrate.name,
+        "kind": substrate.kind,
+        "mode": getattr(substrate, "mode", "exec"),
+        "tier": workload.tier,
+        "steps": workload.steps,
+        "seed": workload.seed,
+        "fidelity": substrate.fidelity,
+        "status": "failed",
+        "error_class": "deadline_exceeded",
+        "error_message": f"the rollout did not return within {waited_s:.0f} s",
+        **{f"{p}_s": None for p in PHASES},
+        "overhead_s": None,
+        "wall_s": waited_s,
+        "time_to_first_command_s": None,
+        "episode_s": None,
+        "n_actions": len(workload.actions),
+        "n_actions_done": None,
+        "cleanup_ok": None,
+        "milestones": "[]",
+        "host": socket.gethostname(),
+        "rtax_version": __version__,
+        "endpoint": None,
+        "provenance": json.dumps({"host": socket.gethostname(), "rtax_version": __version__}),
+    }
+    return RolloutRecord(run=run, actions=[])

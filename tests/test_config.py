@@ -1,0 +1,148 @@
+"""The configuration file: the shipped default is valid, and every kind of mistake is one line
+naming its key, with exit code 2 from `rtax config check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtax import cli, config
+from rtax.paths import checkout_root
+
+GOOD = """
+database = "x.db"
+[[substrates]]
+name = "local"
+kind = "local"
+[[plans]]
+name = "p"
+substrates = ["local"]
+tier = "T0"
+interval = "10m"
+"""
+
+
+def test_shipped_default_is_valid() -> None:
+    conf = config.load(checkout_root() / "rtax.toml")
+    assert set(conf.substrates) == {"local", "docker", "docker-gvisor"}
+    assert conf.substrates["docker"].optional and not conf.substrates["local"].optional
+    assert conf.substrates["docker-gvisor"].params == {"runtime": "runsc"}
+    assert {(p.tier, p.steps) for p in conf.plans} >= {
+        ("T0", 0),
+        ("T1", 0),
+        ("T2", 0),
+        ("T2", 10),
+        ("T2", 50),
+        ("T2", 150),
+    }
+    assert conf.concurrency == 1
+
+
+def test_good_file_and_relative_database(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text(GOOD)
+    conf = config.load(file)
+    assert conf.database == tmp_path / "x.db"
+    assert conf.plans[0].interval_s == 600
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("database = 3\n", "database"),
+        ("colour = 'blue'\n", "colour"),
+        ("[[substrates]]\nkind = 'local'\n", "substrates[0].name"),
+        ("[[substrates]]\nname = 'x'\nkind = 'vmware'\n", "substrates.x.kind"),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[substrates]]\nname = 'l'\n"
+            "kind = 'local'\n",
+            "substrates.l",
+        ),
+        (
+            "[[substrates]]\nname = 'e'\nkind = 'local'\nparams = { api_key = 'abc123' }\n",
+            "substrates.e.params.api_key",
+        ),
+        (
+            "[[substrates]]\nname = 'e'\nkind = 'local'\nparams = { token_env = 'not a var' }\n",
+            "substrates.e.params.token_env",
+        ),
+        ("[[plans]]\nname = 'p'\nsubstrates = ['nope']\ntier = 'T0'\n", "plans.p.substrates"),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T7'\n",
+            "plans.p.tier",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\nsteps = 10\n",
+            "plans.p.steps",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\nrepeat = 0\n",
+            "plans.p.repeat",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\ninterval = 'often'\n",
+            "plans.p.interval",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\ninterval = '1m'\njitter = '2m'\n",
+            "plans.p.jitter",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\nmode = 'turbo'\n",
+            "plans.p.mode",
+        ),
+        ("[retention]\nraw_days = -1\n", "retention.raw_days"),
+        ("[retention]\nbucket = 'week'\n", "retention.bucket"),
+        ("[scheduler]\nconcurrency = 0\n", "scheduler.concurrency"),
+        ("[scheduler]\ndeadline = 'never'\n", "scheduler.deadline"),
+        ("database = [\n", "not valid TOML"),
+    ],
+)
+def test_each_mistake_is_one_line_naming_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, key: str
+) -> None:
+    file = tmp_path / "bad.toml"
+    file.write_text(text)
+    with pytest.raises(config.ConfigError) as info:
+        config.load(file)
+    assert any(key in problem for problem in info.value.problems), info.value.problems
+    assert cli.main(["config", "check", "--config", str(file)]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert all(line.startswith("rtax config: error: ") for line in lines)
+    assert any(key in line for line in lines)
+    assert "Traceback" not in err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["config", "check", "--config", str(tmp_path / "none.toml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_durations() -> None:
+    assert [config.duration(v) for v in (5, "90s", "10m", "1.5h", "2d", "250ms")] == [
+        5.0,
+        90.0,
+        600.0,
+        5400.0,
+        172800.0,
+        0.25,
+    ]
+    with pytest.raises(ValueError):
+        config.duration("soon")
+
+
+def test_env_var_parameters_are_names_not_values(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text(
+        GOOD.replace('kind = "local"', 'kind = "local"\nparams = { token_env = "RTAX_TEST_TOKEN" }')
+    )
+    conf = config.load(file)
+    assert conf.substrates["local"].params == {"token_env": "RTAX_TEST_TOKEN"}

@@ -1,0 +1,218 @@
+"""The live prober: plans run on schedule with their lag recorded, a hanging substrate is cut at
+the deadline without stopping the others, one scheduler per database, and a SIGKILLed
+scheduler leaves no partial rows and its orphan is reaped at the next start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rtax import config
+from rtax.config import SubstrateConfig
+from rtax.scheduler import LockHeld, Prober, SchedulerLock, default_factory
+from rtax.store import Store
+from rtax.substrates.base import Environment
+from rtax.substrates.local import LocalSubstrate
+
+
+def _config(tmp_path: Path, plans: str, extra_substrates: str = "", deadline: str = "1m"):
+    file = tmp_path / "rtax.toml"
+    file.write_text(f"""
+database = "rtax.db"
+[scheduler]
+deadline = "{deadline}"
+[[substrates]]
+name = "local"
+kind = "local"
+{extra_substrates}
+{plans}
+""")
+    return config.load(file)
+
+
+def _runs(db: Path) -> pd.DataFrame:
+    if not db.exists():
+        return pd.DataFrame(columns=["substrate", "status"])
+    with Store(db, create=False) as store:
+        return store.runs()
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)  # polling with a deadline
+    raise AssertionError(f"{what} did not happen within {timeout_s} s")
+
+
+class _Hang(LocalSubstrate):
+    """A substrate whose create() hangs until released (a control plane that never answers)."""
+
+    release = threading.Event()
+
+    def create(self, run_id: str) -> Environment:
+        self.release.wait(120)
+        return super().create(run_id)
+
+
+@pytest.fixture
+def factory(tmp_path: Path, attrs_fixture):
+    def make(conf: SubstrateConfig, overrides: dict):
+        params = {"root": tmp_path / "envs", "template": attrs_fixture.template}
+        if conf.kind == "local" and conf.name == "hang":
+            return _Hang(name="hang", **params)
+        if conf.kind == "local":
+            return LocalSubstrate(name=conf.name, **params)
+        return default_factory(conf, overrides)
+
+    return make
+
+
+@pytest.fixture
+def prober_of(attrs_fixture, factory) -> Iterator:
+    made: list[Prober] = []
+
+    def make(conf) -> Prober:
+        prober = Prober(conf, factory=factory, fixture=attrs_fixture)
+        made.append(prober)
+        prober.start()
+        return prober
+
+    yield make
+    _Hang.release.set()
+    for prober in made:
+        prober.stop(wait=True)
+    _Hang.release.clear()
+
+
+PLAN_T0 = """
+[[plans]]
+name = "fast"
+substrates = ["local"]
+tier = "T0"
+interval = "1s"
+"""
+
+
+def test_short_interval_records_runs_with_lag(tmp_path: Path, prober_of) -> None:
+    conf = _config(tmp_path, PLAN_T0)
+    prober_of(conf)
+    _wait_for(lambda: len(_runs(conf.database)) >= 3, 30, "3 runs")
+    runs = _runs(conf.database)
+    assert set(runs["plan"]) == {"fast"} and (runs["status"] == "ok").all()
+    scheduled = pd.to_datetime(runs["scheduled_at"], format="ISO8601")
+    started = pd.to_datetime(runs["started_at"], format="ISO8601")
+    lag = (started - scheduled).dt.total_seconds()
+    assert (lag >= 0).all() and (lag < 5).all()
+    assert scheduled.is_monotonic_increasing and scheduled.nunique() == len(scheduled)
+
+
+def test_hanging_substrate_is_cut_and_others_keep_running(tmp_path: Path, prober_of) -> None:
+    plans = """
+[[plans]]
+name = "stuck"
+substrates = ["hang"]
+tier = "T0"
+interval = "1h"
+[[plans]]
+name = "fast"
+substrates = ["local"]
+tier = "T0"
+interval = "1s"
+"""
+    extra = '[[substrates]]\nname = "hang"\nkind = "local"\n'
+    conf = _config(tmp_path, plans, extra, deadline="1s")
+    conf = config.Config(**{**conf.__dict__, "concurrency": 2})
+    prober_of(conf)
+
+    def cut_and_more() -> bool:
+        runs = _runs(conf.database)
+        stuck = runs[runs["substrate"] == "hang"]
+        after = runs[(runs["substrate"] == "local")]
+        return len(stuck) == 1 and len(after) >= 3
+
+    _wait_for(cut_and_more, 30, "the hung rollout cut and 3 local runs")
+    stuck = _runs(conf.database).query("substrate == 'hang'").iloc[0]
+    assert (stuck["status"], stuck["error_class"]) == ("failed", "deadline_exceeded")
+    assert 1.0 <= stuck["wall_s"] < 5
+
+
+def test_a_second_scheduler_refuses(tmp_path: Path, prober_of) -> None:
+    conf = _config(tmp_path, PLAN_T0)
+    prober_of(conf)
+    with pytest.raises(LockHeld, match="another scheduler"):
+        SchedulerLock(conf.database).acquire()
+    done = subprocess.run(
+        [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("rtax schedule: error: another")
+
+
+def test_sigkill_mid_rollout_leaves_no_partial_rows_and_next_start_reaps(
+    tmp_path: Path, runner_image: str
+) -> None:
+    plans = """
+[[plans]]
+name = "traj"
+substrates = ["docker"]
+tier = "T2"
+steps = 50
+interval = "1h"
+"""
+    extra = '[[substrates]]\nname = "docker"\nkind = "docker"\n'
+    conf = _config(tmp_path, plans, extra)
+    env = {**os.environ, "RTAX_LOCAL_ROOT": str(tmp_path / "envs")}
+    cmd = [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    from rtax.substrates.docker import DockerSubstrate
+
+    docker = DockerSubstrate()
+    try:
+        # mid-rollout: the container exists and actions are running
+        victim = _wait_for(
+            lambda: [
+                lo for lo in docker.leftovers() if lo.owner and lo.owner.endswith(f":{proc.pid}")
+            ],
+            120,
+            "a rollout container",
+        )[0]
+        _wait_for(
+            lambda: "running" in docker.api.inspect_container(victim.env_id)["State"]["Status"],
+            30,
+            "the container running",
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    runs = _runs(conf.database)
+    assert runs.empty  # the rollout in progress wrote nothing, not half of itself
+    assert victim.env_id in [lo.env_id for lo in docker.leftovers()]  # orphaned
+
+    again = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for(
+            lambda: victim.env_id not in [lo.env_id for lo in docker.leftovers()],
+            120,
+            "the orphan reaped by the next scheduler",
+        )
+    finally:
+        again.send_signal(signal.SIGTERM)
+        _, err = again.communicate(timeout=120)
+    assert b"reaped docker leftover" in err
