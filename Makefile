@@ -31,20 +31,13 @@ docker: fixtures
 browser:
 	bash scripts/ensure-browser.sh
 
-# A short probe of every tier on the local substrate (and on docker and docker-gvisor when an
-# engine answers) into data/rtax.db, then the dashboard on http://localhost:8501.
-# (The scheduler joins this target with the live-probing issue.)
+# The scheduler (rtax.toml: local, and docker / docker-gvisor when an engine answers) in the
+# background, and the dashboard on http://localhost:8501 in the foreground; stopping the
+# dashboard (Ctrl-C) stops the scheduler too.
 run: fixtures docker
-	$(PY) -m rtax probe --substrate local --tier T0 --repeat 5
-	$(PY) -m rtax probe --substrate local --tier T1 --repeat 3
-	$(PY) -m rtax probe --substrate local --tier T2 --repeat 2
-	$(PY) -m rtax probe --substrate local --tier T2 --steps 10 --repeat 1
-	@if docker info >/dev/null 2>&1; then \
-	    $(PY) -m rtax probe --substrate docker --tier T0 --repeat 5 && \
-	    $(PY) -m rtax probe --substrate docker --tier T0 --repeat 5 --mode session && \
-	    $(PY) -m rtax probe --substrate docker --tier T2 --repeat 2 && \
-	    $(PY) -m rtax probe --substrate docker-gvisor --tier T0 --repeat 3; \
-	fi
+	@set -e; \
+	$(PY) -m rtax schedule & sched=$$!; \
+	trap 'kill $$sched 2>/dev/null; wait $$sched 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/streamlit run app.py --server.headless true --browser.gatherUsageStats false
 
 lint: venv

@@ -163,6 +163,13 @@ class Prober:
                     name=plan.name,
                     next_run_time=first + timedelta(seconds=2 * i),  # staggered first runs
                 )
+            self._scheduler.add_job(
+                self.run_retention,
+                IntervalTrigger(hours=1),
+                id="retention",
+                name="retention",
+                next_run_time=first + timedelta(seconds=60),
+            )
             self._scheduler.start()
             log.info(
                 "scheduler started: %d plans, database %s",
@@ -210,6 +217,30 @@ class Prober:
                 orphan.leftover.env_id,
                 orphan.leftover.run_id,
                 orphan.reason,
+            )
+
+    def run_retention(self) -> None:
+        """Fold raw samples past the retention age into rollups (holding a probe slot, so the
+        disk work never overlaps a measurement)."""
+        from rtax import retention
+
+        with self.slots, Store(self.config.database) as store:
+            try:
+                report = retention.fold(
+                    store,
+                    older_than_days=self.config.retention.raw_days,
+                    bucket=self.config.retention.bucket,
+                )
+            except Exception:
+                log.exception("retention failed; raw samples kept")
+                return
+        if report.runs:
+            log.info(
+                "retention: folded %d runs into %d rollup rows; %d -> %d bytes",
+                report.runs,
+                report.rollup_rows,
+                report.bytes_before,
+                report.bytes_after,
             )
 
     # -- one plan, one cycle ---------------------------------------------------------------

@@ -101,11 +101,44 @@ def _v3(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE [runs] ADD COLUMN [scheduled_at] TEXT")
 
 
+def _v4(db: sqlite_utils.Database) -> None:
+    """Rollups: what retention keeps of raw samples it deletes (counts, sums, extremes and a
+    quantile sketch per group, time bucket and metric; README.md#retention)."""
+    db.execute(
+        "CREATE TABLE [rollups] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
+        "[bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [min] REAL, [max] REAL, "
+        "[sketch] TEXT, [errors] TEXT, PRIMARY KEY ([substrate], [mode], [fidelity], [tier], "
+        "[steps], [bucket], [bucket_start], [metric]))"
+    )
+    db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
     (2, _v2),
     (3, _v3),
+    (4, _v4),
+)
+ROLLUP_COLUMNS = (
+    "substrate",
+    "kind",
+    "mode",
+    "fidelity",
+    "tier",
+    "steps",
+    "bucket",
+    "bucket_start",
+    "metric",
+    "runs",
+    "n",
+    "sum",
+    "min",
+    "max",
+    "sketch",
+    "errors",
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -316,6 +349,61 @@ class Store:
         if first:  # no rows at all: still a header
             columns = [*RUN_COLUMNS_ALL] if table == "runs" else [*ACTION_COLUMNS, *_CONTEXT_NAMES]
             yield ",".join(columns) + "\n"
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def action_latencies(self, run_ids: Sequence[str]) -> pd.DataFrame:
+        """(run_id, latency_s) of the `action` rows of the given runs."""
+        if not run_ids:
+            return pd.DataFrame(columns=["run_id", "latency_s"])
+        marks = ", ".join("?" for _ in run_ids)
+        return self._frame(
+            f"SELECT run_id, latency_s FROM actions WHERE phase = 'action' AND run_id IN ({marks})",
+            list(run_ids),
+        )
+
+    def rollups(
+        self, *, since: str | None = None, until: str | None = None, metric: str | None = None
+    ) -> pd.DataFrame:
+        """Rollup rows whose bucket starts in [since, until), for one metric or all."""
+        clauses, params = [], []
+        for clause, value in (
+            ("bucket_start >= ?", since),
+            ("bucket_start < ?", until),
+            ("metric = ?", metric),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._frame(f"SELECT * FROM rollups {where} ORDER BY bucket_start", params)
+
+    def fold_runs(self, rollups: Sequence[dict[str, Any]], run_ids: Sequence[str]) -> None:
+        """In one transaction: write the (already merged) rollup rows, then delete the runs they
+        summarize and their actions. Either all of it happens or none."""
+        cols = list(ROLLUP_COLUMNS)
+        sql = (
+            f"INSERT OR REPLACE INTO rollups ({', '.join(cols)}) "
+            f"VALUES ({', '.join('?' for _ in cols)})"
+        )
+        with self._transaction():
+            self.db.conn.executemany(sql, ([r.get(c) for c in cols] for r in rollups))
+            for start in range(0, len(run_ids), 500):
+                chunk = list(run_ids[start : start + 500])
+                marks = ", ".join("?" for _ in chunk)
+                self.db.conn.execute(f"DELETE FROM actions WHERE run_id IN ({marks})", chunk)
+                self.db.conn.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", chunk)
+
+    def compact(self) -> None:
+        """Give the space of deleted rows back to the file system (VACUUM, then truncate the
+        write-ahead log)."""
+        self.db.conn.execute("VACUUM")
+        self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def size_bytes(self) -> int:
+        """The database file plus its write-ahead log."""
+        wal = Path(f"{self.path}-wal")
+        return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     def export_csv(self, table: str, out: str | Path, **filters: Any) -> int:
         """Write `table` (runs or actions) for the filters to a CSV file; return the row count."""
