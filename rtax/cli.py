@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rtax import __version__, fixtures, paths, reaper, stats, workloads
+from rtax.config import ConfigError
 from rtax.fixtures import Fixture, FixtureError, GitServer
 from rtax.image import ImageError
 from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
@@ -208,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     check = conf_sub.add_parser("check", help="validate it: one line per mistake, exit 2")
     check.add_argument("--config", type=Path, default=None, help="configuration file")
 
+    health = sub.add_parser(
+        "health",
+        help="exit 0 if the dashboard answers and a scheduler "
+        "holds the database (the app image's healthcheck)",
+    )
+    health.add_argument("--url", default="http://127.0.0.1:8501/_stcore/health")
+    health.add_argument("--config", type=Path, default=None, help="configuration file")
+
     fix = sub.add_parser("fixtures", help="build the offline attrs fixture (a no-op if built)")
     fix.add_argument("--force", action="store_true", help="rebuild even if up to date")
     fix.add_argument(
@@ -228,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reap": cmd_reap,
         "schedule": cmd_schedule,
         "config": cmd_config,
+        "health": cmd_health,
     }[args.command]
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -238,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rtax {args.command}: interrupted; cleaned up", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ConfigError as exc:  # every mistake, one line each
+        for problem in exc.problems:
+            print(f"rtax {args.command}: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     except (
         UsageError,
         StoreError,
@@ -517,12 +531,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     from rtax import config
 
-    try:
-        conf = config.load(args.config)
-    except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"rtax config: error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+    conf = config.load(args.config)
     plans = ", ".join(
         f"{p.name} ({p.tier}{f' S={p.steps}' if p.steps else ''}, every {p.interval_s:g} s)"
         for p in conf.plans
@@ -540,12 +549,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from rtax import config
     from rtax.scheduler import LockHeld, Prober
 
-    try:
-        conf = config.load(args.config)
-    except config.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"rtax schedule: error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+    conf = config.load(args.config)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
     )
@@ -560,6 +564,35 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     finally:
         prober.stop(wait=False)
     return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    import urllib.request
+
+    from rtax import config
+    from rtax.scheduler import LockHeld, SchedulerLock
+
+    problems = []
+    try:
+        with urllib.request.urlopen(args.url, timeout=5) as answer:
+            if answer.read().strip() != b"ok":
+                problems.append(f"dashboard at {args.url} did not answer ok")
+    except OSError as exc:
+        problems.append(f"dashboard at {args.url}: {exc}")
+    try:
+        lock = SchedulerLock(config.load(args.config).database)
+        lock.acquire()  # we got it: no scheduler holds it
+        lock.release()
+        problems.append("no scheduler holds the database lock")
+    except LockHeld:
+        pass  # a scheduler is running
+    except config.ConfigError as exc:
+        problems.append(f"configuration: {exc.problems[0]}")
+    except OSError as exc:
+        problems.append(f"cannot check the scheduler lock: {exc}")
+    for problem in problems:
+        print(f"rtax health: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rtax import paths
+from rtax.workloads import RepoSource
 
 ATTRS_VERSION = "25.3.0"
 ATTRS_SDIST_SHA256 = "75d7cefc7fb576747b2c81b4442d4d4a1ce0900973527c011d1030fd3bf4af1b"
@@ -104,6 +105,10 @@ class Fixture:
     @property
     def fix_patch(self) -> str:
         return self.fix_patch_path.read_text()
+
+    def repo_source(self, url: str) -> RepoSource:
+        """T2's source: this fixture's buggy commit, fix and failing test, cloned from `url`."""
+        return RepoSource(url, self.buggy_commit, self.fix_patch, self.failing_test)
 
 
 def _recipe() -> str:
@@ -231,7 +236,16 @@ def build(root: Path | None = None, *, force: bool = False) -> Fixture:
 def _make_repo(sdist: Path, tmp: Path) -> Path:
     """Unpack the sdist into a repo: commit the release, then commit the bug."""
     with tarfile.open(sdist) as tar:
-        tar.extractall(tmp / "unpacked", filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 (Debian 12 ships 3.11.2)
+            tar.extractall(tmp / "unpacked", filter="data")
+        else:
+            for member in tar.getmembers():
+                target = (tmp / "unpacked" / member.name).resolve()
+                if not target.is_relative_to((tmp / "unpacked").resolve()) or not (
+                    member.isfile() or member.isdir()
+                ):
+                    raise FixtureError(f"unsafe member in the sdist: {member.name}")
+            tar.extractall(tmp / "unpacked")
     work = tmp / "unpacked" / f"attrs-{ATTRS_VERSION}"
     _git("init", "--quiet", "--initial-branch=main", cwd=work)
     _git("add", "--all", cwd=work)

@@ -25,13 +25,16 @@ def data_dir() -> Path:
 
 
 def default_db() -> Path:
-    """The embedded default database (README.md#data)."""
-    return data_dir() / "rtax.db"
+    """The embedded default database (README.md#data); `RTAX_DB` overrides it."""
+    env = os.environ.get("RTAX_DB")
+    return Path(env) if env else data_dir() / "rtax.db"
 
 
 def fixtures_dir() -> Path:
-    """The built attrs fixture (git-ignored; rebuilt by `rtax fixtures` when missing)."""
-    return data_dir() / "fixtures"
+    """The built attrs fixture (git-ignored; rebuilt by `rtax fixtures` when missing).
+    `RTAX_FIXTURES_DIR` moves it (the app image builds it outside the data volume)."""
+    env = os.environ.get("RTAX_FIXTURES_DIR")
+    return Path(env) if env else data_dir() / "fixtures"
 
 
 def local_envs_dir() -> Path:

@@ -34,6 +34,15 @@ def attrs_fixture() -> Fixture:
     return fixtures.build()
 
 
+def _source(fixture: Fixture, server: GitServer) -> RepoSource:
+    return RepoSource(
+        server.url(fixture.bare_repo.name),
+        fixture.buggy_commit,
+        fixture.fix_patch,
+        fixture.failing_test,
+    )
+
+
 @pytest.fixture(scope="session")
 def git_server(attrs_fixture: Fixture) -> Iterator[GitServer]:
     with GitServer(attrs_fixture.root) as server:
@@ -43,12 +52,7 @@ def git_server(attrs_fixture: Fixture) -> Iterator[GitServer]:
 @pytest.fixture(scope="session")
 def repo_source(attrs_fixture: Fixture, git_server: GitServer) -> RepoSource:
     """T2's source over git:// from a real git daemon on loopback."""
-    return RepoSource(
-        url=git_server.url(attrs_fixture.bare_repo.name),
-        commit=attrs_fixture.buggy_commit,
-        fix_patch=attrs_fixture.fix_patch,
-        failing_test=attrs_fixture.failing_test,
-    )
+    return _source(attrs_fixture, git_server)
 
 
 @pytest.fixture
@@ -115,12 +119,7 @@ def docker_git_server(docker_api, attrs_fixture: Fixture) -> Iterator[GitServer]
 
 @pytest.fixture(scope="session")
 def docker_repo_source(attrs_fixture: Fixture, docker_git_server: GitServer) -> RepoSource:
-    return RepoSource(
-        url=docker_git_server.url(attrs_fixture.bare_repo.name),
-        commit=attrs_fixture.buggy_commit,
-        fix_patch=attrs_fixture.fix_patch,
-        failing_test=attrs_fixture.failing_test,
-    )
+    return _source(attrs_fixture, docker_git_server)
 
 
 @pytest.fixture(scope="session", autouse=True)

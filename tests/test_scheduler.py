@@ -216,3 +216,17 @@ interval = "1h"
         again.send_signal(signal.SIGTERM)
         _, err = again.communicate(timeout=120)
     assert b"reaped docker leftover" in err
+
+
+def test_health_reports_what_is_missing(tmp_path: Path, prober_of, capsys) -> None:
+    from rtax import cli
+
+    conf = _config(tmp_path, PLAN_T0)
+    dead_url = "http://127.0.0.1:9/_stcore/health"  # nothing listens on the discard port
+    assert cli.main(["health", "--url", dead_url, "--config", str(conf.path)]) == 1
+    err = capsys.readouterr().err
+    assert "dashboard" in err and "no scheduler holds the database lock" in err
+    prober_of(conf)
+    assert cli.main(["health", "--url", dead_url, "--config", str(conf.path)]) == 1
+    err = capsys.readouterr().err
+    assert "dashboard" in err and "scheduler" not in err  # the scheduler part is healthy now

@@ -1,0 +1,51 @@
+# The rtax app: the scheduler and the dashboard in one container (README.md#container).
+#
+#   docker build -t rtax-app .                                   # official Python image (registry)
+#   docker build -t rtax-app --build-arg BASE=rtax-base:bookworm .   # registry-free (CI does this)
+#   docker run -p 8501:8501 -v rtax-data:/app/data rtax-app
+#
+# The Docker socket is never mounted unless you ask for the docker substrates:
+#   docker run --network host -v /var/run/docker.sock:/var/run/docker.sock \
+#       --group-add "$(stat -c %g /var/run/docker.sock)" -v rtax-data:/app/data rtax-app
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+
+# The Debian base has python3 but neither venv nor pip; the official image has both.
+RUN set -eux; \
+    if ! python3 -c "import ensurepip, venv" 2>/dev/null || ! command -v git >/dev/null; then \
+        apt-get update; \
+        apt-get install -y --no-install-recommends python3-venv python3-pip git ca-certificates; \
+        rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    useradd --create-home --uid 10001 rtax
+
+WORKDIR /app
+# Optional extra CA bundle for builds behind a TLS-inspecting proxy (scripts/build-app-image.sh
+# puts the host's bundle here; an empty file means none).
+COPY build-ca.crt /tmp/build-ca.crt
+COPY requirements.txt pyproject.toml README.md ./
+COPY rtax ./rtax
+RUN set -eux; \
+    if [ -s /tmp/build-ca.crt ]; then export PIP_CERT=/tmp/build-ca.crt; fi; \
+    python3 -m venv /opt/venv; \
+    /opt/venv/bin/pip install --no-cache-dir --quiet --upgrade pip; \
+    /opt/venv/bin/pip install --no-cache-dir --quiet -r requirements.txt; \
+    /opt/venv/bin/pip install --no-cache-dir --quiet --no-deps .; \
+    RTAX_FIXTURES_DIR=/opt/rtax/fixtures /opt/venv/bin/python -m rtax fixtures; \
+    rm -rf /opt/rtax/cache /tmp/build-ca.crt; \
+    chown -R rtax /opt/rtax
+COPY app.py rtax.toml ./
+COPY pages ./pages
+COPY scripts/app-entrypoint.sh /usr/local/bin/rtax-app
+RUN mkdir -p /app/data && chown rtax /app/data
+
+ENV PATH=/opt/venv/bin:$PATH \
+    RTAX_DATA_DIR=/app/data \
+    RTAX_FIXTURES_DIR=/opt/rtax/fixtures \
+    RTAX_CONFIG=/app/rtax.toml \
+    PYTHONUNBUFFERED=1
+USER rtax
+VOLUME ["/app/data"]
+EXPOSE 8501
+HEALTHCHECK --interval=10s --timeout=8s --start-period=90s --retries=3 CMD ["rtax", "health"]
+ENTRYPOINT ["rtax-app"]
