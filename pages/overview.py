@@ -12,16 +12,26 @@ db = data.database()
 @st.fragment(run_every=data.TTL_S)
 def live() -> None:
     runs = data.runs(db, chosen.key)
-    if runs.empty:
+    history = data.history(db, chosen.key)
+    if runs.empty and history.empty:
         st.info(tables.EMPTY_HINT)
         return
-    ok = int((runs["status"] == "ok").sum())
-    st.caption(
-        f"{len(runs)} runs ({ok} successful) for: {chosen.describe()}. Percentiles are over "
-        f"successful runs only, with their n; the success rate counts every run. "
-        f"Refreshes every {data.TTL_S} s."
-    )
-    style.table(tables.overview(runs))
+    if not runs.empty:
+        ok = int((runs["status"] == "ok").sum())
+        st.caption(
+            f"{len(runs)} runs ({ok} successful) for: {chosen.describe()}. Percentiles are "
+            f"over successful runs only, with their n; the success rate counts every run. "
+            f"Refreshes every {data.TTL_S} s."
+        )
+        style.table(tables.overview(runs))
+    if not history.empty:
+        st.subheader("Including rolled-up history")
+        st.caption(
+            "Raw samples past the retention age are folded into hourly/daily rollups with "
+            "quantile sketches; these percentiles merge both (within 1% of the raw answer for "
+            "large windows; README.md#retention)."
+        )
+        style.table(history)
 
 
 live()

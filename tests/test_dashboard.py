@@ -217,3 +217,27 @@ def test_window_filter(seeded: Path) -> None:
     recent = data.runs(str(seeded), (600, (), (), ()))  # the seeded runs are a minute apart
     assert 0 < len(recent) < len(everything)
     assert math.isclose(len(recent), 10, abs_tol=1)
+
+
+def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
+    from rtax import retention
+
+    db = tmp_path / "folded.db"
+    old = NOW - timedelta(days=40)
+    with Store(db) as store:
+        for i, ep in enumerate((0.2, 0.3, 0.25, 0.22, 0.4)):
+            record = make_record(
+                f"old{i}",
+                substrate="docker",
+                episode_s=ep,
+                started_at=(old + timedelta(minutes=i)).isoformat(),
+            )
+            store.save_rollout(record)
+        store.save_rollout(_record(99, "docker", "T0", 0, 0.3))
+        retention.fold(store, older_than_days=30, now=NOW)
+        assert store.count("runs") == 1
+    at = _app(db, monkeypatch)
+    _ok(at, "Overview")
+    assert "Including rolled-up history" in [h.value for h in at.subheader]
+    history = at.dataframe[1].value.iloc[0]
+    assert (history["series"], history["episode_n"], history["runs"]) == ("docker", 6, 6)

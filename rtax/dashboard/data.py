@@ -140,6 +140,43 @@ def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
         return store.actions(limit=limit, newest_first=True, **_query(key))
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def history(db: str, key: FilterKey) -> pd.DataFrame:
+    """Time-to-first-command and episode p50/p95 over raw *and* rolled-up samples of the
+    window (empty when retention has folded nothing in it). See rtax.retention.window."""
+    from rtax import retention
+
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame()
+    query = _query(key)
+    with store:
+        if store.rollups(since=query.get("since"), metric="episode_s").empty:
+            return pd.DataFrame()
+        parts = []
+        for metric, label in (("time_to_first_command_s", "ttfc"), ("episode_s", "episode")):
+            table = retention.window(store, metric, since=query.get("since"))
+            table = table.rename(
+                columns={"p50": f"{label}_p50_s", "p95": f"{label}_p95_s", "n": f"{label}_n"}
+            )
+            parts.append(table.drop(columns=["mean"]))
+    merged = parts[0].merge(
+        parts[1].drop(columns=["runs", "success_rate"]), on=list(retention.GROUP)
+    )
+    for column, values in (("substrate", key[1]), ("tier", key[2]), ("fidelity", key[3])):
+        if values:
+            merged = merged[merged[column].isin(values)]
+    merged.insert(
+        0,
+        "series",
+        [
+            stats.series_label(*k)
+            for k in zip(merged["substrate"], merged["mode"], merged["fidelity"], strict=True)
+        ],
+    )
+    return merged.drop(columns=["substrate", "mode"]).reset_index(drop=True)
+
+
 def csv_of(db: str, key: FilterKey, table: str) -> bytes:
     """The whole `table` for the filters as CSV bytes. Called only when a user clicks a
     download button (Streamlit's deferred data), so pages never pay for it."""
