@@ -559,10 +559,16 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         prober.start()
     except LockHeld as exc:
         raise UsageError(str(exc)) from None
+    except (KeyboardInterrupt, UsageError):
+        raise
+    except Exception as exc:  # e.g. a required (non-optional) substrate is not usable here
+        raise UsageError(f"cannot start: {type(exc).__name__}: {exc}") from None
     try:
         prober.stopped.wait()  # until Ctrl-C or SIGTERM (both raise here)
     finally:
-        prober.stop(wait=False)
+        # Rollouts in flight end at their next step, clean up and are not recorded; the lock
+        # goes last, so no second scheduler can overlap this one.
+        prober.stop(wait=True)
     return 0
 
 

@@ -12,6 +12,8 @@ database) are relative to the file.
 
 from __future__ import annotations
 
+import inspect
+import math
 import os
 import re
 import tomllib
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rtax import paths, workloads
-from rtax.substrates import REGISTRY
+from rtax.substrates import REGISTRY, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
@@ -83,11 +85,24 @@ def duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("not a duration")
     if isinstance(value, (int, float)):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 10m, 2h, 1d)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 10m, 2h, 1d)")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {value!r}")
+    return seconds
+
+
+def _parameters(kind: str) -> set[str] | None:
+    """The constructor parameters of a substrate kind (None if it can't be imported here)."""
+    try:
+        init = inspect.signature(substrate_class(kind).__init__)
+    except Exception:
+        return None
+    return {n for n in init.parameters if n not in ("self", "name")}
 
 
 def find(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -154,12 +169,23 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         key = f"substrates.{name}"
         if name in substrates:
             bad(f"{key}", "defined twice")
-        if kind not in REGISTRY:
+        if not isinstance(kind, str) or kind not in REGISTRY:
             bad(f"{key}.kind", f"unknown kind {kind!r} (known: {', '.join(sorted(REGISTRY))})")
+            kind = None
         params = entry.get("params", {})
         if not isinstance(params, dict):
             bad(f"{key}.params", "must be a table")
             params = {}
+        accepted = _parameters(kind) if kind else None
+        if accepted is not None:
+            for pname in params:
+                base_name = pname[:-4] if pname.endswith("_env") else pname
+                if base_name not in accepted:
+                    bad(
+                        f"{key}.params.{pname}",
+                        f"a {kind} substrate takes no such parameter "
+                        f"(it takes: {', '.join(sorted(accepted))})",
+                    )
         for pname, value in params.items():
             if _SECRET.search(pname) and not pname.endswith("_env"):
                 bad(
@@ -202,6 +228,9 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             bad(key, "must be a table")
             continue
         name = entry.get("name", f"plan{i}")
+        if not isinstance(name, str) or not name:
+            bad(f"{key}.name", "must be a non-empty string")
+            name = f"plan{i}"
         key = f"plans.{name}"
         if name in names:
             bad(key, "defined twice")
@@ -256,6 +285,12 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         mode = entry.get("mode")
         if mode is not None and mode not in ("exec", "session"):
             bad(f"{key}.mode", "must be exec or session")
+        elif mode is not None:
+            for s_name in subs:
+                conf = substrates.get(s_name)
+                takes = _parameters(conf.kind) if conf and conf.kind in REGISTRY else None
+                if takes is not None and "mode" not in takes:
+                    bad(f"{key}.mode", f"substrate {s_name!r} ({conf.kind}) has no action modes")
         plans.append(Plan(str(name), tuple(subs), str(tier), steps, repeat, interval, jitter, mode))
 
     retention_raw = raw.get("retention", {})
@@ -265,7 +300,12 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     for extra in set(retention_raw) - {"raw_days", "bucket"}:
         bad(f"retention.{extra}", "unknown key")
     raw_days = retention_raw.get("raw_days", 30)
-    if isinstance(raw_days, bool) or not isinstance(raw_days, (int, float)) or raw_days <= 0:
+    if (
+        isinstance(raw_days, bool)
+        or not isinstance(raw_days, (int, float))
+        or not math.isfinite(raw_days)
+        or raw_days <= 0
+    ):
         bad("retention.raw_days", "must be a positive number of days")
         raw_days = 30
     bucket = retention_raw.get("bucket", "hour")
@@ -287,8 +327,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     for key, default in (("deadline", "15m"), ("misfire_grace", "5m")):
         try:
             seconds[key] = duration(sched.get(key, default))
-            if seconds[key] <= 0:
-                raise ValueError("must be positive")
+            if seconds[key] < 1:
+                raise ValueError("must be at least 1 s")
         except ValueError as exc:
             bad(f"scheduler.{key}", str(exc))
             seconds[key] = duration(default)

@@ -20,6 +20,7 @@ import json
 import platform
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -55,6 +56,12 @@ class DeadlineExceeded(SubstrateError):
     error_class = "deadline_exceeded"
 
 
+class Cancelled(SubstrateError):
+    """The caller asked the rollout to stop; its record is half a rollout and not to be kept."""
+
+    error_class = "cancelled"
+
+
 @dataclass
 class RolloutRecord:
     """A finished rollout: one run row and its action rows, ready for `Store.save_rollout`."""
@@ -75,6 +82,8 @@ class ProbeOptions:
     ready_timeout_s: float = 120.0
     cleanup_timeout_s: float = 120.0
     deadline_s: float = 3600.0
+    #: set from outside (a scheduler shutting down) to end the rollout at its next step
+    cancel: threading.Event | None = None
 
 
 def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dict[str, str]:
@@ -124,6 +133,8 @@ class _Rollout:
         self.n_done = 0
 
     def remaining(self) -> float:
+        if self.opt.cancel is not None and self.opt.cancel.is_set():
+            raise Cancelled("cancelled: the scheduler is stopping")
         left = self.opt.deadline_s - (self.now() - self.t0)
         if left <= 0:
             raise DeadlineExceeded(f"rollout deadline of {self.opt.deadline_s:g} s passed")

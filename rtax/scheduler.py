@@ -23,7 +23,6 @@ import fcntl
 import json
 import logging
 import os
-import queue
 import random
 import socket
 import threading
@@ -38,7 +37,7 @@ from rtax.config import Config, Plan, SubstrateConfig
 from rtax.fixtures import Fixture, GitServer
 from rtax.probe import PHASES, ProbeOptions, RolloutRecord, run_rollout
 from rtax.store import Store
-from rtax.substrates import get_substrate
+from rtax.substrates import get_substrate, substrate_class
 from rtax.substrates.base import Substrate
 from rtax.workloads import RepoSource
 
@@ -119,7 +118,9 @@ class Prober:
         self.slots = threading.BoundedSemaphore(config.concurrency)
         self.enabled: dict[str, bool] = {}
         self.servers: dict[str, GitServer] = {}
-        self._submitted: dict[str, queue.Queue[datetime]] = {}
+        self._due: dict[str, list[datetime]] = {}
+        self._due_changed = threading.Condition()
+        self.cancel = threading.Event()
         self._scheduler: Any = None
         self._servers_lock = threading.Lock()
         self._start = clock_start
@@ -129,7 +130,7 @@ class Prober:
 
     def start(self) -> None:
         """Take the lock, check the substrates, reap orphans, then schedule every plan."""
-        from apscheduler.events import EVENT_JOB_SUBMITTED
+        from apscheduler.events import EVENT_JOB_MISSED, EVENT_JOB_SUBMITTED
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
         from apscheduler.triggers.interval import IntervalTrigger
@@ -152,9 +153,10 @@ class Prober:
                 timezone="UTC",
             )
             self._scheduler.add_listener(self._on_submitted, EVENT_JOB_SUBMITTED)
+            self._scheduler.add_listener(self._on_missed, EVENT_JOB_MISSED)
             first = self._start or datetime.now(UTC)
             for i, plan in enumerate(self.config.plans):
-                self._submitted[plan.name] = queue.Queue()
+                self._due[plan.name] = []
                 self._scheduler.add_job(
                     self.run_plan,
                     IntervalTrigger(seconds=plan.interval_s, jitter=plan.jitter_s or None),
@@ -181,7 +183,10 @@ class Prober:
             raise
 
     def stop(self, wait: bool = True) -> None:
+        """Stop scheduling, end rollouts in flight at their next step (they clean up and are
+        not recorded), then release the git servers and the lock, in that order."""
         self.stopped.set()
+        self.cancel.set()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=wait)
             self._scheduler = None
@@ -191,8 +196,30 @@ class Prober:
         self.lock.release()
 
     def _on_submitted(self, event: Any) -> None:
-        if event.job_id in self._submitted and event.scheduled_run_times:
-            self._submitted[event.job_id].put(event.scheduled_run_times[-1])
+        """Remember when a plan's run was due; `run_plan` takes it as its `scheduled_at`."""
+        if event.job_id in self._due and event.scheduled_run_times:
+            with self._due_changed:
+                self._due[event.job_id].append(event.scheduled_run_times[-1])
+                self._due_changed.notify_all()
+
+    def _on_missed(self, event: Any) -> None:
+        """A run too late for the misfire grace never starts: forget its due time."""
+        with self._due_changed:
+            due = self._due.get(event.job_id, [])
+            if event.scheduled_run_time in due:
+                due.remove(event.scheduled_run_time)
+
+    def _take_due(self, plan: str) -> datetime | None:
+        """The newest due time of `plan` (waiting briefly for its submission event, which
+        APScheduler sends just after handing the run to a worker)."""
+        with self._due_changed:
+            self._due_changed.wait_for(lambda: bool(self._due[plan]), timeout=5)
+            due = self._due[plan]
+            if not due:
+                return None
+            newest = max(due)
+            due.clear()
+            return newest
 
     def _check_substrates(self) -> None:
         for name, conf in self.config.substrates.items():
@@ -247,10 +274,7 @@ class Prober:
 
     def run_plan(self, plan: Plan) -> None:
         """One cycle of a plan: its substrates in a random order, `repeat` rollouts each."""
-        try:
-            scheduled = self._submitted[plan.name].get(timeout=5)
-        except queue.Empty:
-            scheduled = None
+        scheduled = self._take_due(plan.name)
         names = [n for n in plan.substrates if self.enabled.get(n)]
         random.shuffle(names)
         for name in names:
@@ -258,9 +282,11 @@ class Prober:
                 if self.stopped.is_set():
                     return
                 try:
-                    self._one(plan, self.config.substrates[name], scheduled)
-                except Exception:  # Uptime Kuma's rule: a failing probe never stops the monitor
-                    log.exception("plan %s on %s: unexpected error", plan.name, name)
+                    if not self._one(plan, self.config.substrates[name], scheduled):
+                        return  # too late for this cycle: skipped, not run late
+                except Exception as exc:  # a failing probe never stops the monitor
+                    log.exception("plan %s on %s: could not set up the rollout", plan.name, name)
+                    self._save_setup_error(plan, self.config.substrates[name], scheduled, exc)
 
     def _over_budget(self, conf: SubstrateConfig, store: Store) -> bool:
         if conf.max_rollouts_per_day is None:
@@ -269,17 +295,30 @@ class Prober:
         used = store.count_runs(substrate=conf.name, since=midnight.isoformat())
         return used >= conf.max_rollouts_per_day
 
-    def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> None:
+    def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:
+        """One rollout; False when the cycle is already later than the misfire grace."""
         with self.slots:
+            if scheduled is not None:
+                late = (datetime.now(UTC) - scheduled).total_seconds()
+                if late > self.config.misfire_grace_s:
+                    log.warning(
+                        "plan %s: %.0f s late (waiting for a probe slot), past the "
+                        "misfire grace; the rest of this cycle is skipped",
+                        plan.name,
+                        late,
+                    )
+                    return False
             with Store(self.config.database) as store:
                 if self._over_budget(conf, store):
                     log.info("plan %s: %s is over its daily budget; skipped", plan.name, conf.name)
-                    return
+                    return True
             overrides = {"mode": plan.mode} if plan.mode else {}
             substrate = self.factory(conf, overrides)
             source = self._source(substrate) if plan.tier == "T2" else None
             workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
             record = self._run_with_deadline(substrate, workload)
+            if record.run["error_class"] == "cancelled":
+                return True  # stopping: half a rollout is no sample
             record.run["plan"] = plan.name
             if scheduled is not None:
                 record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
@@ -298,6 +337,38 @@ class Prober:
             run["wall_s"] or 0.0,
             f" ({run['error_class']})" if run["error_class"] else "",
         )
+        return True
+
+    def _save_setup_error(
+        self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None, exc: Exception
+    ) -> None:
+        """A rollout that could not even start is a failure too: it is kept as a row."""
+        try:
+            fidelity = substrate_class(conf.kind).fidelity
+        except Exception:
+            fidelity = "real"
+        record = _failed_record(
+            conf.name,
+            conf.kind,
+            plan.mode or conf.params.get("mode"),
+            plan,
+            uuid.uuid4().hex,
+            datetime.now(UTC),
+            "setup_error",
+            f"{type(exc).__name__}: {exc}",
+            wall_s=None,
+            fidelity=fidelity,
+        )
+        record.run["plan"] = plan.name
+        if scheduled is not None:
+            record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
+                timespec="microseconds"
+            )
+        try:
+            with Store(self.config.database) as store:
+                store.save_rollout(record)
+        except Exception:
+            log.exception("could not record the setup error")
 
     def _source(self, substrate: Substrate) -> RepoSource:
         """T2's repository over git://, served once per address the substrates reach."""
@@ -322,11 +393,10 @@ class Prober:
         result: list[RolloutRecord] = []
         started = datetime.now(UTC)
         run_id = uuid.uuid4().hex
+        options = ProbeOptions(deadline_s=deadline, cancel=self.cancel)
         worker = threading.Thread(
             target=lambda: result.append(
-                run_rollout(
-                    substrate, workload, run_id=run_id, options=ProbeOptions(deadline_s=deadline)
-                )
+                run_rollout(substrate, workload, run_id=run_id, options=options)
             ),
             name=f"rollout-{run_id[:8]}",
             daemon=True,
@@ -345,37 +415,56 @@ class Prober:
             substrate.name,
             backstop,
         )
-        return _stuck_record(substrate, workload, run_id, started, backstop)
+        return _failed_record(
+            substrate.name,
+            substrate.kind,
+            getattr(substrate, "mode", "exec"),
+            workload,
+            run_id,
+            started,
+            "deadline_exceeded",
+            f"the rollout did not return within {backstop:.0f} s",
+            wall_s=backstop,
+            fidelity=substrate.fidelity,
+        )
 
 
-def _stuck_record(
-    substrate: Substrate,
-    workload: workloads.Workload,
+def _failed_record(
+    name: str,
+    kind: str,
+    mode: str | None,
+    work: Any,
     run_id: str,
     started: datetime,
-    waited_s: float,
+    error_class: str,
+    message: str,
+    *,
+    wall_s: float | None,
+    fidelity: str = "real",
 ) -> RolloutRecord:
-    """The row for a rollout whose thread never returned: failed, phases unknown."""
+    """The row of a rollout that produced none itself (it never started, or never returned):
+    failed, classified, phases unknown. `work` is a Workload or a Plan."""
+    steps = getattr(work, "steps", 0)
     run = {
         "run_id": run_id,
         "started_at": started.isoformat(timespec="microseconds"),
         "ended_at": datetime.now(UTC).isoformat(timespec="microseconds"),
-        "substrate": substrate.name,
-        "kind": substrate.kind,
-        "mode": getattr(substrate, "mode", "exec"),
-        "tier": workload.tier,
-        "steps": workload.steps,
-        "seed": workload.seed,
-        "fidelity": substrate.fidelity,
+        "substrate": name,
+        "kind": kind,
+        "mode": mode or "exec",
+        "tier": work.tier,
+        "steps": steps,
+        "seed": getattr(work, "seed", 0),
+        "fidelity": fidelity,
         "status": "failed",
-        "error_class": "deadline_exceeded",
-        "error_message": f"the rollout did not return within {waited_s:.0f} s",
+        "error_class": error_class,
+        "error_message": message[:1000],
         **{f"{p}_s": None for p in PHASES},
         "overhead_s": None,
-        "wall_s": waited_s,
+        "wall_s": wall_s,
         "time_to_first_command_s": None,
         "episode_s": None,
-        "n_actions": len(workload.actions),
+        "n_actions": len(getattr(work, "actions", ())) or steps,
         "n_actions_done": None,
         "cleanup_ok": None,
         "milestones": "[]",

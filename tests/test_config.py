@@ -103,6 +103,24 @@ def test_good_file_and_relative_database(tmp_path: Path) -> None:
         ("[scheduler]\nconcurrency = 0\n", "scheduler.concurrency"),
         ("[scheduler]\ndeadline = 'never'\n", "scheduler.deadline"),
         ("database = [\n", "not valid TOML"),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\nparams = { runtime = 'runsc' }\n",
+            "substrates.l.params.runtime",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\nmode = 'session'\n",
+            "plans.p.mode",
+        ),
+        (
+            "[[substrates]]\nname = 'l'\nkind = 'local'\n[[plans]]\nname = 'p'\n"
+            "substrates = ['l']\ntier = 'T0'\ninterval = nan\n",
+            "plans.p.interval",
+        ),
+        ("[scheduler]\nmisfire_grace = '500ms'\n", "scheduler.misfire_grace"),
+        ("[retention]\nraw_days = inf\n", "retention.raw_days"),
+        ("[[substrates]]\nname = 'l'\nkind = ['local']\n", "substrates.l.kind"),
+        ("[[plans]]\nname = ['p']\ntier = 'T0'\n", "plans[0].name"),
     ],
 )
 def test_each_mistake_is_one_line_naming_its_key(
@@ -142,7 +160,7 @@ def test_durations() -> None:
 def test_env_var_parameters_are_names_not_values(tmp_path: Path) -> None:
     file = tmp_path / "c.toml"
     file.write_text(
-        GOOD.replace('kind = "local"', 'kind = "local"\nparams = { token_env = "RTAX_TEST_TOKEN" }')
+        GOOD.replace('kind = "local"', 'kind = "local"\nparams = { root_env = "RTAX_TEST_ROOT" }')
     )
     conf = config.load(file)
-    assert conf.substrates["local"].params == {"token_env": "RTAX_TEST_TOKEN"}
+    assert conf.substrates["local"].params == {"root_env": "RTAX_TEST_ROOT"}

@@ -73,7 +73,7 @@ def factory(tmp_path: Path, attrs_fixture):
         if conf.kind == "local" and conf.name == "hang":
             return _Hang(name="hang", **params)
         if conf.kind == "local":
-            return LocalSubstrate(name=conf.name, **params)
+            return LocalSubstrate(name=conf.name, **params, **overrides)
         return default_factory(conf, overrides)
 
     return make
@@ -132,8 +132,8 @@ tier = "T0"
 interval = "1s"
 """
     extra = '[[substrates]]\nname = "hang"\nkind = "local"\n'
-    conf = _config(tmp_path, plans, extra, deadline="1s")
-    conf = config.Config(**{**conf.__dict__, "concurrency": 2})
+    conf = _config(tmp_path, plans, extra, deadline="1s")  # concurrency 1, the default
+    assert conf.concurrency == 1
     prober_of(conf)
 
     def cut_and_more() -> bool:
@@ -230,3 +230,20 @@ def test_health_reports_what_is_missing(tmp_path: Path, prober_of, capsys) -> No
     assert cli.main(["health", "--url", dead_url, "--config", str(conf.path)]) == 1
     err = capsys.readouterr().err
     assert "dashboard" in err and "scheduler" not in err  # the scheduler part is healthy now
+
+
+def test_a_rollout_that_cannot_start_is_kept_as_a_failure(tmp_path: Path, prober_of) -> None:
+    plans = """
+[[plans]]
+name = "broken"
+substrates = ["local"]
+tier = "T0"
+mode = "session"
+interval = "1h"
+"""
+    conf = _config(tmp_path, plans)  # the local substrate has no session mode
+    prober_of(conf)
+    _wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
+    run = _runs(conf.database).iloc[0]
+    assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
+    assert "TypeError" in run["error_message"]
