@@ -10,29 +10,29 @@
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
-# The Debian base has python3 but neither venv nor pip; the official image has both.
+# tini as PID 1 (it reaps and forwards signals); the Debian base also lacks venv and pip.
 RUN set -eux; \
-    if ! python3 -c "import ensurepip, venv" 2>/dev/null || ! command -v git >/dev/null; then \
-        apt-get update; \
-        apt-get install -y --no-install-recommends python3-venv python3-pip git ca-certificates; \
-        rm -rf /var/lib/apt/lists/*; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends tini git ca-certificates; \
+    if ! python3 -c "import ensurepip, venv" 2>/dev/null; then \
+        apt-get install -y --no-install-recommends python3-venv python3-pip; \
     fi; \
+    rm -rf /var/lib/apt/lists/*; \
     useradd --create-home --uid 10001 rtax
 
 WORKDIR /app
-# Optional extra CA bundle for builds behind a TLS-inspecting proxy (scripts/build-app-image.sh
-# puts the host's bundle here; an empty file means none).
-COPY build-ca.crt /tmp/build-ca.crt
-COPY requirements.txt pyproject.toml README.md ./
+# build-ca.crt is optional (the glob matches nothing without it): an extra CA bundle for pip
+# behind a TLS-inspecting proxy; scripts/check-app-image.sh puts the host's bundle there.
+COPY requirements.txt pyproject.toml README.md build-ca.cr[t] ./
 COPY rtax ./rtax
 RUN set -eux; \
-    if [ -s /tmp/build-ca.crt ]; then export PIP_CERT=/tmp/build-ca.crt; fi; \
+    if [ -s build-ca.crt ]; then export PIP_CERT=/app/build-ca.crt; fi; \
     python3 -m venv /opt/venv; \
     /opt/venv/bin/pip install --no-cache-dir --quiet --upgrade pip; \
     /opt/venv/bin/pip install --no-cache-dir --quiet -r requirements.txt; \
     /opt/venv/bin/pip install --no-cache-dir --quiet --no-deps .; \
     RTAX_FIXTURES_DIR=/opt/rtax/fixtures /opt/venv/bin/python -m rtax fixtures; \
-    rm -rf /opt/rtax/cache /tmp/build-ca.crt; \
+    rm -rf /opt/rtax/cache /app/build-ca.crt; \
     chown -R rtax /opt/rtax
 COPY app.py rtax.toml ./
 COPY pages ./pages
@@ -48,4 +48,4 @@ USER rtax
 VOLUME ["/app/data"]
 EXPOSE 8501
 HEALTHCHECK --interval=10s --timeout=8s --start-period=90s --retries=3 CMD ["rtax", "health"]
-ENTRYPOINT ["rtax-app"]
+ENTRYPOINT ["tini", "--", "rtax-app"]

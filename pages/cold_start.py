@@ -18,16 +18,19 @@ if fixed.empty:
 for tier in sorted(fixed["tier"].unique()):
     tier_runs = fixed[fixed["tier"] == tier]
     table = tables.cold_start(tier_runs)
-    ratio, fastest, slowest = tables.spread(table)
     st.subheader(f"{tier}")
-    if fastest is None:
-        st.metric(f"{tier} spread", "needs two substrates with data")
-    else:
-        st.metric(
-            f"{tier} spread (p50 slowest / fastest)",
-            f"{ratio:,.1f}×",
-            help=f"{slowest} vs {fastest}; the study reports up to 110× at T0",
-        )
+    fidelities = [f for f in ("real", "emulated", "modelled") if f in set(table["fidelity"])]
+    for column, fidelity in zip(st.columns(max(len(fidelities), 1)), fidelities, strict=False):
+        ratio, fastest, slowest = tables.spread(table, fidelity)
+        label = f"{tier} spread, {fidelity} series (p50 slowest / fastest)"
+        if fastest is None:
+            column.metric(label, "n/a", help="needs two series of this fidelity with data")
+        else:
+            column.metric(
+                label,
+                f"{ratio:,.1f}×",
+                help=f"{slowest} vs {fastest}; the study reports up to 110× at T0",
+            )
     left, right = st.columns(2)
     left.plotly_chart(
         figures.box(tier_runs, "episode_s", f"{tier}: episode time", log), key=f"box_{tier}"

@@ -31,25 +31,40 @@ if found:
             for name in found
         }
     prices = {k: v for k, v in prices.items() if v > 0}
-    table = projection.project(
-        {k: e.seconds for k, e in found.items()},
-        trajectories=int(trajectories),
-        workers=int(workers),
-        prices=prices,
-    )
-    table["basis"] = [found[s].basis for s in table["substrate"]]
-    table["n"] = [found[s].n for s in table["substrate"]]
-    ratio = projection.spread(table["worker_hours"])
-    m1, m2 = st.columns(2)
-    m1.metric("Spread (max / min worker-hours)", "n/a" if math.isnan(ratio) else f"{ratio:,.2f}×")
-    m2.metric("Extra hours of the slowest over the best", f"{table['extra_hours'].max():,.0f} h")
-    st.plotly_chart(
-        figures.projection_bars(
-            table, f"{int(trajectories):,} trajectories × {int(steps)} actions ({which})"
-        ),
-        key="proj_bars",
-    )
-    style.table(table)
+    fidelity_of = runs.drop_duplicates("series").set_index("series")["fidelity"].to_dict()
+    # One table per fidelity: extra hours and spreads across real and emulated series would
+    # compare a measurement with an emulation.
+    for fidelity in ("real", "emulated", "modelled"):
+        names = [k for k in found if fidelity_of.get(k) == fidelity]
+        if not names:
+            continue
+        table = projection.project(
+            {k: found[k].seconds for k in names},
+            trajectories=int(trajectories),
+            workers=int(workers),
+            prices=prices,
+        )
+        table["basis"] = [found[s].basis for s in table["substrate"]]
+        table["n"] = [found[s].n for s in table["substrate"]]
+        st.subheader(f"{fidelity.capitalize()} series")
+        ratio = projection.spread(table["worker_hours"])
+        m1, m2 = st.columns(2)
+        m1.metric(
+            f"Spread, {fidelity} (max / min worker-hours)",
+            "n/a" if math.isnan(ratio) else f"{ratio:,.2f}×",
+        )
+        m2.metric(
+            f"Extra hours of the slowest over the best, {fidelity}",
+            f"{table['extra_hours'].max():,.0f} h",
+        )
+        st.plotly_chart(
+            figures.projection_bars(
+                table,
+                f"{int(trajectories):,} trajectories × {int(steps)} actions ({which}, {fidelity})",
+            ),
+            key=f"proj_bars_{fidelity}",
+        )
+        style.table(table)
 else:
     st.info(
         "No substrate has trajectory data for a projection yet: run "

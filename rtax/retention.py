@@ -166,15 +166,19 @@ def window(
     since: str | None = None,
     until: str | None = None,
     quantiles: Sequence[float] = (50, 95),
+    raw: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per group: runs, n, success rate, mean and percentiles of `metric` over a window that may
-    span raw samples and rollups (see the module docstring for the tolerance)."""
+    span raw samples and rollups (see the module docstring for the tolerance).
+
+    `raw`: the window's raw runs when the caller already has them (the dashboard's cached
+    read), so they are not read twice."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}")
     acc: dict[tuple, dict[str, Any]] = defaultdict(
         lambda: {"runs": 0, "n": 0, "sum": 0.0, "sketch": Sketch()}
     )
-    runs = store.runs(since=since, until=until)
+    runs = store.runs(since=since, until=until) if raw is None else raw.copy()
     if not runs.empty:
         runs["mode"] = runs["mode"].fillna("exec")
         if metric == ACTION_METRIC:

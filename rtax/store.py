@@ -378,6 +378,11 @@ class Store:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         return self._frame(f"SELECT * FROM rollups {where} ORDER BY bucket_start", params)
 
+    def has_rollups(self, since: str | None = None) -> bool:
+        """Whether any rollup bucket starts at or after `since` (all time if None)."""
+        sql = "SELECT 1 FROM rollups" + (" WHERE bucket_start >= ?" if since else "") + " LIMIT 1"
+        return self.db.execute(sql, [since] if since else []).fetchone() is not None
+
     def fold_runs(self, rollups: Sequence[dict[str, Any]], run_ids: Sequence[str]) -> None:
         """In one transaction: write the (already merged) rollup rows, then delete the runs they
         summarize and their actions. Either all of it happens or none."""

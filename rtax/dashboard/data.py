@@ -46,8 +46,16 @@ FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
 def database() -> str:
-    """The database the dashboard reads: `$RTAX_DB`, else the embedded default."""
-    return str(os.environ.get("RTAX_DB") or paths.default_db())
+    """The database the dashboard reads: `$RTAX_DB`, else the configuration's (the one the
+    scheduler writes), else the embedded default."""
+    if os.environ.get("RTAX_DB"):
+        return os.environ["RTAX_DB"]
+    from rtax import config
+
+    try:
+        return str(config.load().database)
+    except config.ConfigError:
+        return str(paths.default_db())
 
 
 def _query(key: FilterKey, now: datetime | None = None) -> dict[str, Any]:
@@ -150,12 +158,13 @@ def history(db: str, key: FilterKey) -> pd.DataFrame:
     if store is None:
         return pd.DataFrame()
     query = _query(key)
+    raw = runs(db, key)  # the cached read every page shares
     with store:
-        if store.rollups(since=query.get("since"), metric="episode_s").empty:
+        if not store.has_rollups(query.get("since")):
             return pd.DataFrame()
         parts = []
         for metric, label in (("time_to_first_command_s", "ttfc"), ("episode_s", "episode")):
-            table = retention.window(store, metric, since=query.get("since"))
+            table = retention.window(store, metric, since=query.get("since"), raw=raw)
             table = table.rename(
                 columns={"p50": f"{label}_p50_s", "p95": f"{label}_p95_s", "n": f"{label}_n"}
             )

@@ -3,7 +3,7 @@
 Why summaries rather than raw points: a page must render in about a second over 100,000 runs,
 and shipping every sample to the browser would not. So box plots get their quartiles and
 whiskers computed here from all samples (Tukey: 1.5 IQR, clipped to the data), and an ECDF is
-drawn through at most `ECDF_POINTS` quantiles of all samples; titles and legends carry `n`.
+drawn through at most `ECDF_POINTS` of its n steps; titles and legends carry `n`.
 """
 
 from __future__ import annotations
@@ -74,12 +74,13 @@ def ecdf(runs: pd.DataFrame, metric: str, title: str, log: bool = False) -> go.F
         v = _values(runs, series, metric)
         if v.size == 0:
             continue
-        probs = np.linspace(0, 1, min(v.size, ECDF_POINTS))
-        xs = np.percentile(v, probs * 100, method="inverted_cdf") if v.size > 1 else v
+        # The step function F(x) = k/n at the k-th smallest sample, through at most
+        # ECDF_POINTS of the n steps (always including the first and the last).
+        k = np.unique(np.linspace(1, v.size, min(v.size, ECDF_POINTS)).round().astype(int))
         fig.add_trace(
             go.Scatter(
-                x=xs,
-                y=probs if v.size > 1 else [1.0],
+                x=v[k - 1],
+                y=k / v.size,
                 mode="lines",
                 line_shape="hv",
                 name=f"{series} (n={v.size})",

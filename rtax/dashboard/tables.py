@@ -61,13 +61,16 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
 def cold_start(runs: pd.DataFrame) -> pd.DataFrame:
     """Per series: n, success rate and p50/p95/p99 of the episode time (the tier's cold start).
     Give it the runs of one tier (and the fixed scripts: steps 0)."""
-    table = stats.latency_table(runs, "episode_s", by=("series",), quantiles=(50, 95, 99))
+    table = stats.latency_table(
+        runs, "episode_s", by=("series", "fidelity"), quantiles=(50, 95, 99)
+    )
     return table.sort_values("p50", na_position="last").reset_index(drop=True)
 
 
-def spread(table: pd.DataFrame) -> tuple[float, str | None, str | None]:
-    """(slowest p50 / fastest p50, fastest series, slowest series) over series with samples."""
-    usable = table[(table["n"] > 0) & table["p50"].notna()]
+def spread(table: pd.DataFrame, fidelity: str = "real") -> tuple[float, str | None, str | None]:
+    """(slowest p50 / fastest p50, fastest series, slowest series) over the series of one
+    fidelity that have samples: a spread across real and emulated data would mean nothing."""
+    usable = table[(table["n"] > 0) & table["p50"].notna() & (table["fidelity"] == fidelity)]
     if len(usable) < 2:
         return math.nan, None, None
     fastest = usable.loc[usable["p50"].idxmin()]
@@ -76,19 +79,21 @@ def spread(table: pd.DataFrame) -> tuple[float, str | None, str | None]:
 
 
 def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per series x tier x phase, over successful runs: n, p50, p95, mean (seconds)."""
-    columns = ["series", "tier", "phase", "n", "p50", "p95", "mean", "success_rate"]
+    """Per series x workload x phase, over successful runs: n, p50, p95, mean (seconds).
+    By workload (tier and trajectory length), like the bars: a T2 fix and a 150-step
+    trajectory are different things."""
+    columns = ["series", "workload", "phase", "n", "p50", "p95", "mean", "success_rate"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
-    for (series, tier), group in runs.groupby(["series", "tier"], sort=True):
+    for (series, workload), group in runs.groupby(["series", "workload"], sort=True):
         table = stats.phase_summary(group)
         table = table[table["phase"].isin(PHASES)]
         for row in table.itertuples(index=False):
             rows.append(
                 {
                     "series": series,
-                    "tier": tier,
+                    "workload": workload,
                     "phase": row.phase,
                     "n": row.n,
                     "p50": row.p50,
