@@ -15,23 +15,15 @@ n_runs, n_actions = data.counts(db, key)
 st.caption(f"{n_runs:,} runs and {n_actions:,} actions for: {chosen.describe()}.")
 
 st.subheader("Raw samples")
-left, right = st.columns(2)
-left.download_button(
-    "Download runs (CSV)",
-    partial(data.csv_of, db, key, "runs"),
-    file_name="rtax-runs.csv",
-    mime="text/csv",
-    key="dl_runs",
-    on_click="ignore",
-)
-right.download_button(
-    "Download actions (CSV)",
-    partial(data.csv_of, db, key, "actions"),
-    file_name="rtax-actions.csv",
-    mime="text/csv",
-    key="dl_actions",
-    on_click="ignore",
-)
+for column, table in zip(st.columns(2), ("runs", "actions"), strict=True):
+    column.download_button(
+        f"Download {table} (CSV)",
+        partial(data.csv_of, db, key, table),  # made only when clicked
+        file_name=f"rtax-{table}.csv",
+        mime="text/csv",
+        key=f"dl_{table}",
+        on_click="ignore",
+    )
 st.write(f"Newest {tables.PREVIEW_ROWS:,} runs:")
 st.dataframe(data.recent(db, key, "runs", tables.PREVIEW_ROWS), hide_index=True)
 st.write(f"Newest {tables.PREVIEW_ROWS:,} actions:")
