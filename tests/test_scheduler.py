@@ -68,10 +68,16 @@ class _Hang(LocalSubstrate):
 
 @pytest.fixture
 def factory(tmp_path: Path, attrs_fixture):
+    calls: dict[str, int] = {}
+
     def make(conf: SubstrateConfig, overrides: dict):
         params = {"root": tmp_path / "envs", "template": attrs_fixture.template}
         if conf.kind == "local" and conf.name == "hang":
             return _Hang(name="hang", **params)
+        if conf.name == "flaky" and calls.setdefault("flaky", 0) >= 2:  # start-up: check, reap
+            raise RuntimeError("control plane unreachable")  # fine at start-up, then gone
+        if conf.name == "flaky":
+            calls["flaky"] += 1
         if conf.kind == "local":
             return LocalSubstrate(name=conf.name, **params, **overrides)
         return default_factory(conf, overrides)
@@ -236,14 +242,14 @@ def test_a_rollout_that_cannot_start_is_kept_as_a_failure(tmp_path: Path, prober
     plans = """
 [[plans]]
 name = "broken"
-substrates = ["local"]
+substrates = ["flaky"]
 tier = "T0"
-mode = "session"
 interval = "1h"
 """
-    conf = _config(tmp_path, plans)  # the local substrate has no session mode
+    extra = '[[substrates]]\nname = "flaky"\nkind = "local"\n'
+    conf = _config(tmp_path, plans, extra)  # the factory fails for "flaky" after start-up
     prober_of(conf)
     _wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
-    assert "TypeError" in run["error_message"]
+    assert "control plane unreachable" in run["error_message"]
