@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from rtax.reference import Scenario
-from rtax.stats import fit_trajectory, successful
+from rtax.stats import fit_trajectory, successful, summarize
 
 STATISTICS = ("p50", "mean", "p95")
 
@@ -38,15 +38,10 @@ def scenario_hours(scenario: Scenario) -> float:
 
 
 def statistic(values: Sequence[float] | pd.Series, which: str) -> float:
-    arr = np.asarray(values, dtype=float)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return math.nan
-    if which == "mean":
-        return float(arr.mean())
-    if which in ("p50", "p95"):
-        return float(np.percentile(arr, 50 if which == "p50" else 95))
-    raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {which!r}")
+    """p50, mean or p95 of the finite values, as `rtax.stats` computes them; NaN if none."""
+    if which not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {which!r}")
+    return summarize(values, (50, 95))[which]
 
 
 @dataclass(frozen=True)

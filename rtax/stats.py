@@ -205,12 +205,16 @@ def add_series(runs: pd.DataFrame) -> pd.DataFrame:
         out["series"] = pd.Series(dtype=str)
         out["workload"] = pd.Series(dtype=str)
         return out
-    mode = out["mode"].fillna("exec").astype(str)
-    fidelity = out["fidelity"].fillna("real").astype(str)
-    series = out["substrate"].astype(str)
-    series = series.where(mode == "exec", series + " · " + mode)
-    out["series"] = series.where(fidelity == "real", series + " [" + fidelity + "]")
-    tier = out["tier"].astype(str)
-    steps = out["steps"].fillna(0).astype(int)
-    out["workload"] = tier.where(steps == 0, tier + " S=" + steps.astype(str))
+    # The rules of series_label / workload_label, applied once per distinct key and mapped back
+    # (a few keys, up to 100,000 runs: the dashboard reads this on every page).
+    codes, keys = pd.factorize(
+        pd.MultiIndex.from_arrays(
+            [out["substrate"], out["mode"].fillna("exec"), out["fidelity"].fillna("real")]
+        )
+    )
+    out["series"] = np.array([series_label(*k) for k in keys], dtype=object)[codes]
+    codes, keys = pd.factorize(
+        pd.MultiIndex.from_arrays([out["tier"], out["steps"].fillna(0).astype(int)])
+    )
+    out["workload"] = np.array([workload_label(*k) for k in keys], dtype=object)[codes]
     return out
