@@ -42,6 +42,8 @@ from rtax.workloads import Action, Workload
 
 PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup")
 READY_COMMAND = "true"
+#: An action row's phase is singular ("action"); the run's phase column is "actions".
+_ROW_PHASE = {"actions": "action"}
 #: Output kept on a failed action, for the error message; full output is never stored.
 _DETAIL_CHARS = 400
 
@@ -154,7 +156,7 @@ class _Rollout:
         row: dict[str, Any] = {
             "run_id": self.run_id,
             "seq": len(self.actions),
-            "phase": phase,
+            "phase": _ROW_PHASE.get(phase, phase),
             "idx": index,
             "category": action.category,
             "command": action.command,
@@ -252,9 +254,6 @@ class _Rollout:
     def record(self, started_at: str, provenance: dict[str, Any]) -> RolloutRecord:
         end = self.now()
         wall = end - self.t0
-        # The action rows' phase name is singular; the run's phase column is "actions".
-        for row in self.actions:
-            row["phase"] = "action" if row["phase"] == "actions" else row["phase"]
         ttfc = None
         if all(p in self.phases for p in ("create", "orchestration", "ready")) and any(
             r["phase"] == "ready" and r.get("ok") for r in self.actions
@@ -347,3 +346,51 @@ def run_rollout(
         raise
     state.cleanup()
     return state.record(started_at, provenance)
+
+
+def failed_record(
+    name: str,
+    kind: str,
+    mode: str | None,
+    work: Any,
+    run_id: str,
+    started: datetime,
+    error_class: str,
+    message: str,
+    *,
+    wall_s: float | None,
+    fidelity: str = "real",
+) -> RolloutRecord:
+    """The row of a rollout that produced none itself (it never started, or its thread never
+    returned): failed, classified, phases unknown. It lives here, beside `_Rollout.record`, so
+    that the run row has one owner. `work` is a Workload or a scheduler Plan."""
+    steps = getattr(work, "steps", 0)
+    run = {
+        "run_id": run_id,
+        "started_at": started.isoformat(timespec="microseconds"),
+        "ended_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "substrate": name,
+        "kind": kind,
+        "mode": mode or "exec",
+        "tier": work.tier,
+        "steps": steps,
+        "seed": getattr(work, "seed", 0),
+        "fidelity": fidelity,
+        "status": "failed",
+        "error_class": error_class,
+        "error_message": message[:1000],
+        **{f"{p}_s": None for p in PHASES},
+        "overhead_s": None,
+        "wall_s": wall_s,
+        "time_to_first_command_s": None,
+        "episode_s": None,
+        "n_actions": len(getattr(work, "actions", ())) or steps,
+        "n_actions_done": None,
+        "cleanup_ok": None,
+        "milestones": "[]",
+        "host": socket.gethostname(),
+        "rtax_version": __version__,
+        "endpoint": None,
+        "provenance": json.dumps({"host": socket.gethostname(), "rtax_version": __version__}),
+    }
+    return RolloutRecord(run=run, actions=[])

@@ -86,8 +86,7 @@ def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, An
     runs = runs.copy()
     runs["mode"] = runs["mode"].fillna("exec")
     runs["bucket_start"] = [bucket_start(s, bucket) for s in runs["started_at"]]
-    actions = store.action_latencies(list(runs.loc[runs["status"] == "ok", "run_id"]))
-    per_run = actions.groupby("run_id")["latency_s"].apply(list).to_dict()
+    per_run = _action_latencies(store, runs)
     existing = store.rollups(
         since=runs["bucket_start"].min(), until=_after(runs["bucket_start"].max())
     )
@@ -100,14 +99,24 @@ def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, An
         ok = group[group["status"] == "ok"]
         errors = Counter(group.loc[group["status"] != "ok", "error_class"].fillna("unknown"))
         for metric in METRICS:
-            if metric == ACTION_METRIC:
-                values = [v for r in ok["run_id"] for v in per_run.get(r, [])]
-            else:
-                values = [float(v) for v in ok[metric] if pd.notna(v)]
+            values = _values(ok, metric, per_run)
             row = _row(key, group["kind"].iloc[0], bucket, metric, len(group), values, errors)
             old = keyed.get((*key[:-1], bucket, key[-1], metric))
             out.append(_merge(old, row) if old else row)
     return out
+
+
+def _action_latencies(store: Store, runs: pd.DataFrame) -> dict[str, list[float]]:
+    """run_id -> its action latencies, for the successful runs of `runs`."""
+    actions = store.action_latencies(list(runs.loc[runs["status"] == "ok", "run_id"]))
+    return actions.groupby("run_id")["latency_s"].apply(list).to_dict()
+
+
+def _values(ok: pd.DataFrame, metric: str, per_run: dict[str, list[float]]) -> list[float]:
+    """The samples of `metric` in successful runs `ok` (per action for the action metric)."""
+    if metric == ACTION_METRIC:
+        return [v for r in ok["run_id"] for v in per_run.get(r, [])]
+    return [float(v) for v in ok[metric] if pd.notna(v)]
 
 
 def _after(start: str) -> str:
@@ -181,15 +190,9 @@ def window(
     runs = store.runs(since=since, until=until) if raw is None else raw.copy()
     if not runs.empty:
         runs["mode"] = runs["mode"].fillna("exec")
-        if metric == ACTION_METRIC:
-            actions = store.action_latencies(list(runs.loc[runs["status"] == "ok", "run_id"]))
-            per_run = actions.groupby("run_id")["latency_s"].apply(list).to_dict()
+        per_run = _action_latencies(store, runs) if metric == ACTION_METRIC else {}
         for key, group in runs.groupby(list(GROUP), dropna=False):
-            ok = group[group["status"] == "ok"]
-            if metric == ACTION_METRIC:
-                values = [v for r in ok["run_id"] for v in per_run.get(r, [])]
-            else:
-                values = [float(v) for v in ok[metric] if pd.notna(v)]
+            values = _values(group[group["status"] == "ok"], metric, per_run)
             a = acc[key]
             a["runs"] += len(group)
             a["n"] += len(values)

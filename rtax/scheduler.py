@@ -20,7 +20,6 @@ Why these choices (README.md#scheduler):
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import random
@@ -32,10 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rtax import __version__, fixtures, reaper, workloads
+from rtax import fixtures, reaper, workloads
 from rtax.config import Config, Plan, SubstrateConfig
 from rtax.fixtures import Fixture, GitServer
-from rtax.probe import PHASES, ProbeOptions, RolloutRecord, run_rollout
+from rtax.probe import ProbeOptions, RolloutRecord, failed_record, run_rollout
 from rtax.store import Store
 from rtax.substrates import get_substrate, substrate_class
 from rtax.substrates.base import Substrate
@@ -347,7 +346,7 @@ class Prober:
             fidelity = substrate_class(conf.kind).fidelity
         except Exception:
             fidelity = "real"
-        record = _failed_record(
+        record = failed_record(
             conf.name,
             conf.kind,
             plan.mode or conf.params.get("mode"),
@@ -415,7 +414,7 @@ class Prober:
             substrate.name,
             backstop,
         )
-        return _failed_record(
+        return failed_record(
             substrate.name,
             substrate.kind,
             getattr(substrate, "mode", "exec"),
@@ -427,50 +426,3 @@ class Prober:
             wall_s=backstop,
             fidelity=substrate.fidelity,
         )
-
-
-def _failed_record(
-    name: str,
-    kind: str,
-    mode: str | None,
-    work: Any,
-    run_id: str,
-    started: datetime,
-    error_class: str,
-    message: str,
-    *,
-    wall_s: float | None,
-    fidelity: str = "real",
-) -> RolloutRecord:
-    """The row of a rollout that produced none itself (it never started, or never returned):
-    failed, classified, phases unknown. `work` is a Workload or a Plan."""
-    steps = getattr(work, "steps", 0)
-    run = {
-        "run_id": run_id,
-        "started_at": started.isoformat(timespec="microseconds"),
-        "ended_at": datetime.now(UTC).isoformat(timespec="microseconds"),
-        "substrate": name,
-        "kind": kind,
-        "mode": mode or "exec",
-        "tier": work.tier,
-        "steps": steps,
-        "seed": getattr(work, "seed", 0),
-        "fidelity": fidelity,
-        "status": "failed",
-        "error_class": error_class,
-        "error_message": message[:1000],
-        **{f"{p}_s": None for p in PHASES},
-        "overhead_s": None,
-        "wall_s": wall_s,
-        "time_to_first_command_s": None,
-        "episode_s": None,
-        "n_actions": len(getattr(work, "actions", ())) or steps,
-        "n_actions_done": None,
-        "cleanup_ok": None,
-        "milestones": "[]",
-        "host": socket.gethostname(),
-        "rtax_version": __version__,
-        "endpoint": None,
-        "provenance": json.dumps({"host": socket.gethostname(), "rtax_version": __version__}),
-    }
-    return RolloutRecord(run=run, actions=[])

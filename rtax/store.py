@@ -331,24 +331,33 @@ class Store:
 
     def csv_chunks(self, table: str, chunk_rows: int = 50_000, **filters: Any) -> Iterator[str]:
         """`table` for the filters as CSV text, chunk by chunk (memory stays bounded)."""
+        for first, frame in self._export_frames(table, chunk_rows, filters):
+            yield frame.to_csv(index=False, header=first)
+
+    def _export_frames(
+        self, table: str, chunk_rows: int, filters: dict[str, Any]
+    ) -> Iterator[tuple[bool, pd.DataFrame]]:
+        """(is the first chunk, rows) of `table` for the filters; at least one, maybe empty,
+        chunk, so that a CSV always has its header."""
         if table == "runs":
             where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
             sql = f"SELECT * FROM runs {where} ORDER BY started_at, run_id"
+            columns = list(RUN_COLUMNS_ALL)
         elif table == "actions":
             where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
             sql = (
                 f"SELECT a.*, {_ACTION_CONTEXT} FROM actions a JOIN runs r ON r.run_id = a.run_id "
                 f"{where} ORDER BY r.started_at, a.run_id, a.seq"
             )
+            columns = [*ACTION_COLUMNS, *_CONTEXT_NAMES]
         else:
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
         first = True
         for chunk in pd.read_sql_query(sql, self.db.conn, params=params, chunksize=chunk_rows):
-            yield chunk.to_csv(index=False, header=first)
+            yield first, chunk
             first = False
-        if first:  # no rows at all: still a header
-            columns = [*RUN_COLUMNS_ALL] if table == "runs" else [*ACTION_COLUMNS, *_CONTEXT_NAMES]
-            yield ",".join(columns) + "\n"
+        if first:
+            yield True, pd.DataFrame(columns=columns)
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -411,15 +420,16 @@ class Store:
         return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     def export_csv(self, table: str, out: str | Path, **filters: Any) -> int:
-        """Write `table` (runs or actions) for the filters to a CSV file; return the row count."""
-        if table not in ("runs", "actions"):
+        """Write `table` (runs or actions) for the filters to a CSV file; return the row count
+        (counted as rows, not lines: commands and messages may hold newlines)."""
+        if table not in ("runs", "actions"):  # before the file is created
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
         rows = 0
         with open(out, "w", newline="") as handle:
-            for chunk in self.csv_chunks(table, **filters):
-                handle.write(chunk)
-                rows += chunk.count("\n")
-        return rows - 1  # the header
+            for first, frame in self._export_frames(table, 50_000, filters):
+                handle.write(frame.to_csv(index=False, header=first))
+                rows += len(frame)
+        return rows
 
     def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
         # from_records over fetchall is about 1.5x faster than pd.read_sql_query here, and

@@ -444,3 +444,14 @@ def test_export_unknown_table(filled: Store, tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="unknown table"):
         filled.export_csv("bogus", out)
     assert not out.exists()
+
+
+def test_export_counts_rows_not_lines(store: Store, tmp_path: Path) -> None:
+    """A T2 action carries its patch in a heredoc: one row, many lines."""
+    record = make_record("multi", phases=("ready", "action"))
+    record.actions[1]["command"] = "git apply - <<'EOF'\nline one\nline two\nEOF"
+    store.save_rollout(record)
+    out = tmp_path / "actions.csv"
+    assert store.export_csv("actions", out) == 2
+    back = pd.read_csv(out)
+    assert len(back) == 2 and back["command"].iloc[1].count("\n") == 3
