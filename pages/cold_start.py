@@ -3,6 +3,7 @@
 import streamlit as st
 
 from rtax.dashboard import data, figures, filters, style, tables
+from rtax.substrates.base import FIDELITIES
 
 st.title("Cold start")
 chosen = filters.current()
@@ -19,7 +20,7 @@ for tier in sorted(fixed["tier"].unique()):
     tier_runs = fixed[fixed["tier"] == tier]
     table = tables.cold_start(tier_runs)
     st.subheader(f"{tier}")
-    fidelities = [f for f in ("real", "emulated", "modelled") if f in set(table["fidelity"])]
+    fidelities = [f for f in FIDELITIES if f in set(table["fidelity"])]
     for column, fidelity in zip(st.columns(max(len(fidelities), 1)), fidelities, strict=False):
         ratio, fastest, slowest = tables.spread(table, fidelity)
         label = f"{tier} spread, {fidelity} series (p50 slowest / fastest)"

@@ -6,6 +6,7 @@ import streamlit as st
 
 from rtax import projection, reference
 from rtax.dashboard import data, figures, filters, style, tables
+from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
 chosen = filters.current()
@@ -34,7 +35,7 @@ if found:
     fidelity_of = runs.drop_duplicates("series").set_index("series")["fidelity"].to_dict()
     # One table per fidelity: extra hours and spreads across real and emulated series would
     # compare a measurement with an emulation.
-    for fidelity in ("real", "emulated", "modelled"):
+    for fidelity in FIDELITIES:
         names = [k for k in found if fidelity_of.get(k) == fidelity]
         if not names:
             continue

@@ -24,7 +24,8 @@ from rtax.fixtures import Fixture, FixtureError, GitServer
 from rtax.image import ImageError
 from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
 from rtax.store import Store, StoreError
-from rtax.substrates import UnknownSubstrate, by_name, names
+from rtax.substrates import UnknownSubstrate, by_name
+from rtax.substrates import names as builtin_names
 from rtax.substrates.base import Substrate, SubstrateError
 from rtax.workloads import RepoSource, WorkloadError
 
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--substrate",
         default="local",
-        help=f"substrate name (built in: {', '.join(names())}; default local)",
+        help=f"substrate name (built in: {', '.join(builtin_names())}; default local)",
     )
     probe.add_argument("--tier", choices=workloads.TIERS, default="T0")
     probe.add_argument(
@@ -185,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--substrate",
         action="append",
         default=None,
-        help="substrate to reap (repeatable; default: local, and docker if an engine answers)",
+        help="substrate to reap (repeatable; default: every built-in one that can be set up "
+        "here: local, docker, docker-gvisor)",
     )
     reap.add_argument(
         "--older-than",
@@ -288,9 +290,7 @@ def _open_store(db: Path | None, *, create: bool) -> Store:
     path = db if db is not None else paths.default_db()
     if db is None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and path.is_dir():
-        raise UsageError(f"--db {path} is a folder, not a database file")
-    return Store(path, create=create)
+    return Store(path, create=create)  # it refuses a folder or a missing parent in one line
 
 
 def _ensure_fixture(quiet: bool) -> Fixture:
@@ -507,7 +507,7 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    names = args.substrate or ["local", "docker"]
+    names = args.substrate or builtin_names()
     substrates = []
     for name in names:
         try:

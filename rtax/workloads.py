@@ -20,7 +20,6 @@ import shlex
 from dataclasses import dataclass, field
 
 TIERS = ("T0", "T1", "T2")
-STANDARD_STEPS = (10, 50, 150)
 
 #: The fixed mix of a trajectory, as (category, share); shares add up to 1.
 MIX = (("inspect", 0.4), ("exec", 0.3), ("edit", 0.2), ("test", 0.1))

@@ -129,15 +129,26 @@ def _complete(db: Path) -> None:
         assert (actions["run_id"] == run.run_id).sum() == run.n_actions_done == run.n_actions
 
 
-def _orphaned_daemons(root: Path, parent_pid: int) -> list[str]:
-    """git-daemons serving `root` whose parent is the dead probe or init (orphans)."""
-    out = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True).stdout
-    found = []
+def _daemons(root: Path) -> dict[int, int]:
+    """Live (not zombie) git-daemons serving `root`: pid -> parent pid."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,stat,args"], capture_output=True, text=True).stdout
+    found = {}
     for line in out.splitlines()[1:]:
-        ppid, args = line.split(None, 1)
-        if "git-daemon" in args and f"--base-path={root}" in args and int(ppid) in (parent_pid, 1):
-            found.append(line)
+        pid, ppid, stat, args = line.split(None, 3)
+        if "git-daemon" in args and f"--base-path={root}" in args and not stat.startswith("Z"):
+            found[int(pid)] = int(ppid)
     return found
+
+
+def _new_daemons(root: Path, before: dict[int, int]) -> dict[int, int]:
+    """Daemons that weren't there before and aren't this test process's own (or their
+    per-connection children): whatever the probe started and left, wherever it was
+    reparented to."""
+    return {
+        pid: ppid
+        for pid, ppid in _daemons(root).items()
+        if pid not in before and ppid != os.getpid() and ppid not in before
+    }
 
 
 @pytest.mark.parametrize(
@@ -163,9 +174,11 @@ def test_cli_killed_mid_rollout_leaves_no_partial_rows(
         str(db),
         "--quiet",
     ]
+    before = _daemons(attrs_fixture.root)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _wait_for_runs(db, 1, proc, timeout_s=120)
+        assert _new_daemons(attrs_fixture.root, before)  # the probe's server, seen alive
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -174,7 +187,7 @@ def test_cli_killed_mid_rollout_leaves_no_partial_rows(
     _complete(db)
     # the git daemon that served T2 dies with the probe, whatever killed it
     deadline = time.monotonic() + 10
-    while left := _orphaned_daemons(attrs_fixture.root, proc.pid):
+    while left := _new_daemons(attrs_fixture.root, before):
         assert time.monotonic() < deadline, f"git daemon outlived the probe: {left}"
         time.sleep(0.05)  # polling with a deadline
     if sig != signal.SIGKILL:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from rtax import projection, stats
+from rtax import projection, reference, stats
 
 GROUP = ("series", "tier", "steps")
 PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup", "overhead")
@@ -207,8 +207,6 @@ def cold_start_all(runs: pd.DataFrame) -> pd.DataFrame:
 
 def scenarios() -> pd.DataFrame:
     """The study's published worker-hour figures beside the model's answer from their inputs."""
-    from rtax import reference
-
     return pd.DataFrame(
         [
             {
