@@ -131,7 +131,8 @@ def _complete(db: Path) -> None:
 
 def _daemons(root: Path) -> dict[int, int]:
     """Live (not zombie) git-daemons serving `root`: pid -> parent pid."""
-    out = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,stat,args"], capture_output=True, text=True).stdout
+    ps = ["ps", "-ww", "-eo", "pid,ppid,stat,args"]  # -ww: full lines, never cut at 80 columns
+    out = subprocess.run(ps, capture_output=True, text=True).stdout
     found = {}
     for line in out.splitlines()[1:]:
         pid, ppid, stat, args = line.split(None, 3)
