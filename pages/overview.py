@@ -34,4 +34,21 @@ def live() -> None:
         style.table(history)
 
 
+@st.fragment(run_every=data.TTL_S)
+def spend() -> None:
+    table = data.spend_today(db)
+    if table.empty:
+        return
+    st.subheader("Spent today (UTC)")
+    st.caption(
+        "Rollouts started and environment-minutes used (create request to verified deletion) "
+        "since midnight UTC, per substrate, beside the daily budgets in the configuration. The "
+        "scheduler checks the same figures before every rollout and pauses a substrate whose "
+        "budget is used up (README.md#budgets). Emulated and modelled substrates cost nothing "
+        "but are counted the same way."
+    )
+    style.table(table)
+
+
 live()
+spend()

@@ -26,6 +26,9 @@ from rtax.substrates import REGISTRY, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
+_SUBSTRATE_KEYS = frozenset(
+    {"name", "kind", "params", "optional", "max_rollouts_per_day", "max_env_minutes_per_day"}
+)
 _SECRET = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.I)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
 _UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -46,8 +49,10 @@ class SubstrateConfig:
     params: dict[str, Any] = field(default_factory=dict)
     #: skip (with a log line) when it can't be set up, instead of failing its plans
     optional: bool = False
-    #: budget per day (None: unlimited); probing clouds costs money
+    #: budgets per day since midnight UTC (None: unlimited); probing clouds costs money
     max_rollouts_per_day: int | None = None
+    #: environment-minutes (create request to verified deletion, summed over rollouts)
+    max_env_minutes_per_day: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         if not isinstance(entry, dict):
             bad(key, "must be a table")
             continue
-        for extra in set(entry) - {"name", "kind", "params", "optional", "max_rollouts_per_day"}:
+        for extra in set(entry) - _SUBSTRATE_KEYS:
             bad(f"{key}.{extra}", "unknown key")
         name, kind = entry.get("name"), entry.get("kind")
         if not isinstance(name, str) or not name:
@@ -208,12 +213,22 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             not isinstance(budget, int) or isinstance(budget, bool) or budget < 1
         ):
             bad(f"{key}.max_rollouts_per_day", "must be a whole number >= 1")
+        minutes = entry.get("max_env_minutes_per_day")
+        if minutes is not None and (
+            not isinstance(minutes, int | float)
+            or isinstance(minutes, bool)
+            or not math.isfinite(minutes)
+            or minutes <= 0
+        ):
+            bad(f"{key}.max_env_minutes_per_day", "must be a number of minutes > 0")
+            minutes = None
         substrates[name] = SubstrateConfig(
             name,
             str(kind),
             dict(params),
             bool(optional),
             budget if isinstance(budget, int) else None,
+            float(minutes) if minutes is not None else None,
         )
 
     plans: list[Plan] = []

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rtax import fixtures, reaper, workloads
+from rtax import budget, fixtures, reaper, workloads
 from rtax.config import Config, Plan, SubstrateConfig
 from rtax.fixtures import Fixture, GitServer
 from rtax.probe import ProbeOptions, RolloutRecord, failed_record, run_rollout
@@ -287,12 +287,13 @@ class Prober:
                     log.exception("plan %s on %s: could not set up the rollout", plan.name, name)
                     self._save_setup_error(plan, self.config.substrates[name], scheduled, exc)
 
-    def _over_budget(self, conf: SubstrateConfig, store: Store) -> bool:
-        if conf.max_rollouts_per_day is None:
-            return False
-        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        used = store.count_runs(substrate=conf.name, since=midnight.isoformat())
-        return used >= conf.max_rollouts_per_day
+    def _over_budget(self, conf: SubstrateConfig, store: Store) -> str | None:
+        """Why today's budget of `conf` forbids another rollout, or None."""
+        if conf.max_rollouts_per_day is None and conf.max_env_minutes_per_day is None:
+            return None
+        since = budget.day_start().isoformat(timespec="microseconds")
+        rollouts, minutes = budget.spent(store.spend(substrate=conf.name, since=since), conf.name)
+        return budget.exceeded(conf, rollouts, minutes)
 
     def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:
         """One rollout; False when the cycle is already later than the misfire grace."""
@@ -308,8 +309,14 @@ class Prober:
                     )
                     return False
             with Store(self.config.database) as store:
-                if self._over_budget(conf, store):
-                    log.info("plan %s: %s is over its daily budget; skipped", plan.name, conf.name)
+                why = self._over_budget(conf, store)
+                if why:
+                    log.info(
+                        "plan %s: %s is over its daily budget (%s); skipped",
+                        plan.name,
+                        conf.name,
+                        why,
+                    )
                     return True
             overrides = {"mode": plan.mode} if plan.mode else {}
             substrate = self.factory(conf, overrides)

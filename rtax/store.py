@@ -302,6 +302,21 @@ class Store:
         where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
         return int(self.db.execute(f"SELECT count(*) FROM runs {where}", params).fetchone()[0])
 
+    def spend(self, **filters: Any) -> pd.DataFrame:
+        """Per substrate and fidelity: rollouts started and environment-minutes used.
+
+        Why wall time: an environment is billed from the create request until it is deleted,
+        and a run's wall time spans exactly that (create through verified cleanup); a rollout
+        that never got an environment (no wall time) costs nothing. Budgets (README.md#budgets)
+        are checked against this, per substrate name, since midnight UTC."""
+        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
+        sql = (
+            "SELECT substrate, fidelity, count(*) AS rollouts, "
+            "coalesce(sum(wall_s), 0) / 60.0 AS env_minutes "
+            f"FROM runs {where} GROUP BY substrate, fidelity ORDER BY substrate, fidelity"
+        )
+        return pd.read_sql_query(sql, self.db.conn, params=params)
+
     def count_actions(self, **filters: Any) -> int:
         where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
         sql = f"SELECT count(*) FROM actions a JOIN runs r ON r.run_id = a.run_id {where}"

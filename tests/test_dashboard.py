@@ -243,3 +243,39 @@ def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
     assert "Including rolled-up history" in [h.value for h in at.subheader]
     history = at.dataframe[1].value.iloc[0]
     assert (history["series"], history["episode_n"], history["runs"]) == ("docker", 6, 6)
+
+
+def test_overview_shows_todays_spend_beside_budgets(tmp_path: Path, monkeypatch) -> None:
+    """The overview's spend table is the store's spend since midnight UTC beside the configured
+    budgets, with the scheduler's own verdict (rtax.budget)."""
+    db = tmp_path / "spend.db"
+    now = datetime.now(UTC)
+    with Store(db) as store:
+        for i, wall in enumerate((60.0, 120.0)):
+            store.save_rollout(
+                make_record(
+                    f"k{i}",
+                    substrate="kubernetes",
+                    kind="kubernetes",
+                    fidelity="emulated",
+                    wall_s=wall,
+                    started_at=now.isoformat(timespec="microseconds"),
+                )
+            )
+        store.save_rollout(  # yesterday's: not today's spend
+            make_record("old", substrate="kubernetes", started_at="2020-01-01T00:00:00+00:00")
+        )
+    conf = tmp_path / "rtax.toml"
+    conf.write_text(
+        '[[substrates]]\nname = "kubernetes"\nkind = "kubernetes"\nmax_rollouts_per_day = 2\n'
+        "max_env_minutes_per_day = 10\n"
+    )
+    monkeypatch.setenv("RTAX_CONFIG", str(conf))
+    at = _app(db, monkeypatch)
+    _ok(at, "Overview")
+    assert any(s.value == "Spent today (UTC)" for s in at.subheader)
+    spend = at.dataframe[-1].value.set_index("substrate")
+    assert spend.loc["kubernetes", "rollouts"] == 2
+    assert spend.loc["kubernetes", "env_minutes"] == pytest.approx(3.0)
+    assert spend.loc["kubernetes", "fidelity"] == "emulated"
+    assert spend.loc["kubernetes", "status"].startswith("budget used up")

@@ -253,3 +253,42 @@ interval = "1h"
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
     assert "control plane unreachable" in run["error_message"]
+
+
+def test_daily_budgets_pause_a_substrate(tmp_path: Path, prober_of) -> None:
+    """Rollout and environment-minute budgets stop probing once used up today; runs from an
+    earlier UTC day don't count; an unbudgeted substrate keeps running (the clock here)."""
+    from factories import make_record
+
+    budgets = """
+[[substrates]]
+name = "two-a-day"
+kind = "local"
+max_rollouts_per_day = 2
+[[substrates]]
+name = "one-minute-ish"
+kind = "local"
+max_env_minutes_per_day = 0.000001
+"""
+    plans = """
+[[plans]]
+name = "fast"
+substrates = ["local", "two-a-day", "one-minute-ish"]
+tier = "T0"
+interval = "1s"
+"""
+    conf = _config(tmp_path, plans, extra_substrates=budgets)
+    with Store(conf.database) as store:  # yesterday's spending doesn't count today
+        for i in range(3):
+            store.save_rollout(
+                make_record(
+                    f"old-{i}", substrate="two-a-day", started_at="2020-01-01T00:00:00+00:00"
+                )
+            )
+    prober_of(conf)
+    _wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, 60, "4 runs")
+    today = _runs(conf.database)
+    today = today[~today["run_id"].str.startswith("old-")]
+    counts = today["substrate"].value_counts()
+    assert counts["two-a-day"] == 2
+    assert counts["one-minute-ish"] == 1

@@ -45,6 +45,31 @@ RUN_FIELDS = (
 FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
+def _configured_substrates() -> dict[str, Any]:
+    """The configuration's substrates (with their budgets), or {} without a valid one."""
+    from rtax import config
+
+    try:
+        return dict(config.load().substrates)
+    except config.ConfigError:
+        return {}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def spend_today(db: str) -> pd.DataFrame:
+    """Today's (UTC) rollouts and environment-minutes per substrate beside the configured
+    budgets: the same arithmetic the scheduler applies before each rollout (rtax.budget)."""
+    from rtax import budget
+
+    store = _open(db)
+    if store is None:
+        spend = pd.DataFrame(columns=["substrate", "fidelity", "rollouts", "env_minutes"])
+    else:
+        with store:
+            spend = store.spend(since=budget.day_start().isoformat(timespec="microseconds"))
+    return budget.spend_table(spend, _configured_substrates())
+
+
 def database() -> str:
     """The database the dashboard reads: `$RTAX_DB`, else the configuration's (the one the
     scheduler writes), else the embedded default."""
