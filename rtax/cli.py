@@ -11,6 +11,7 @@ import argparse
 import math
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -186,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--substrate",
         action="append",
         default=None,
-        help="substrate to reap (repeatable; default: every built-in one that can be set up "
-        "here: local, docker, docker-gvisor)",
+        help="substrate to reap (repeatable; default: every built-in one that can be reached "
+        "from here, skipping the others with a line each)",
     )
     reap.add_argument(
         "--older-than",
@@ -219,6 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--url", default="http://127.0.0.1:8501/_stcore/health")
     health.add_argument("--config", type=Path, default=None, help="configuration file")
 
+    from rtax.emulation import kinds as emulation_kinds
+
+    emulate = sub.add_parser(
+        "emulate",
+        help="serve local emulations of the cloud substrates until stopped (their samples are "
+        "labelled emulated)",
+    )
+    emulate.add_argument(
+        "kinds",
+        nargs="*",
+        choices=emulation_kinds(),
+        metavar="KIND",
+        help=f"which to serve: {', '.join(emulation_kinds())} (default: all)",
+    )
+
     fix = sub.add_parser("fixtures", help="build the offline attrs fixture (a no-op if built)")
     fix.add_argument("--force", action="store_true", help="rebuild even if up to date")
     fix.add_argument(
@@ -240,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schedule": cmd_schedule,
         "config": cmd_config,
         "health": cmd_health,
+        "emulate": cmd_emulate,
     }[args.command]
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -338,7 +355,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         t2_only.append("--repo-url")
     if t2_only and args.tier != "T2":
         raise UsageError(f"{', '.join(t2_only)} only apply to --tier T2")
-    substrate = _substrate(args.substrate, mode=args.mode)
+    substrate = _substrate(args.substrate, log=_logger(args.quiet), mode=args.mode)
     if args.repo_url == "path" and substrate.kind != "local":
         raise UsageError(
             f"--repo-url path: a {substrate.kind} environment can't see this "
@@ -392,9 +409,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0 if not failed else 1
 
 
-def _substrate(name: str, **overrides: object) -> Substrate:
-    """A built-in substrate by name; construction failures become one-line errors."""
+def _substrate(
+    name: str, log: Callable[[str], None] | None = None, **overrides: object
+) -> Substrate:
+    """A built-in substrate by name; construction failures become one-line errors. While
+    ``rtax emulate`` serves the substrate's kind, the substrate probes that emulation (and its
+    samples are labelled ``emulated``), never the real service."""
+    from rtax import emulation
+    from rtax.substrates import NAMED
+
     params = {k: v for k, v in overrides.items() if v is not None}
+    kind = NAMED.get(name, (None, {}))[0]
+    served = emulation.running().get(kind) if kind in emulation.kinds() else None
+    if served is not None:
+        params = emulation.overlay(served, params)
+        if log is not None:
+            log(
+                f"{name}: probing the {kind} emulation served by `rtax emulate` (fidelity emulated)"
+            )
     try:
         return by_name(name, **params)
     except UnknownSubstrate:
@@ -517,7 +549,16 @@ def cmd_reap(args: argparse.Namespace) -> int:
                 raise
             print(f"rtax reap: skipping {name}: {exc}", file=sys.stderr)
     older = None if args.older_than is None else args.older_than * 60
-    orphans = reaper.reap(substrates, older_than_s=older, dry_run=args.dry_run)
+
+    def skip(name: str, exc: Exception) -> None:
+        print(f"rtax reap: skipping {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    orphans = reaper.reap(
+        substrates,
+        older_than_s=older,
+        dry_run=args.dry_run,
+        on_error=None if args.substrate else skip,  # asked for explicitly: it must work
+    )
     verb = "would remove" if args.dry_run else "removed"
     for orphan in orphans:
         print(
@@ -569,6 +610,37 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         # Rollouts in flight end at their next step, clean up and are not recorded; the lock
         # goes last, so no second scheduler can overlap this one.
         prober.stop(wait=True)
+    return 0
+
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    """Serve the emulations in the foreground and publish where (README.md#emulations), so that
+    `rtax probe --substrate KIND` and the scheduler's `emulate = true` substrates use them."""
+    from rtax import emulation
+
+    kinds = list(dict.fromkeys(args.kinds)) or emulation.kinds()
+    if emulation.running():
+        raise UsageError(
+            f"another `rtax emulate` already serves {', '.join(emulation.running())} "
+            f"(see {emulation.state_path()}); stop it first"
+        )
+    log = _logger(False)
+    try:
+        started = emulation.start_all(kinds, log=log)
+    except (KeyboardInterrupt, UsageError):
+        raise
+    except Exception as exc:  # e.g. no Docker engine for the environments
+        raise UsageError(f"cannot start the emulations: {type(exc).__name__}: {exc}") from None
+    try:
+        path = emulation.publish({e.kind: e.substrate_params() for e in started})
+        log(f"published in {path}; every sample taken through these is labelled emulated")
+        for emu in started:
+            log(f"  rtax probe --substrate {emu.kind} --tier T2 --repeat 3")
+        log("Ctrl-C stops the emulations and removes their containers")
+        threading.Event().wait()  # until Ctrl-C or SIGTERM (both raise here)
+    finally:
+        emulation.unpublish()
+        emulation.stop_all(started)
     return 0
 
 

@@ -22,12 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from rtax import paths, workloads
+from rtax.emulation import kinds as emulation_kinds
 from rtax.substrates import REGISTRY, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
 _SUBSTRATE_KEYS = frozenset(
-    {"name", "kind", "params", "optional", "max_rollouts_per_day", "max_env_minutes_per_day"}
+    {
+        "name",
+        "kind",
+        "params",
+        "optional",
+        "max_rollouts_per_day",
+        "max_env_minutes_per_day",
+        "emulate",
+    }
 )
 _SECRET = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.I)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
@@ -53,6 +62,8 @@ class SubstrateConfig:
     max_rollouts_per_day: int | None = None
     #: environment-minutes (create request to verified deletion, summed over rollouts)
     max_env_minutes_per_day: float | None = None
+    #: probe the local emulation of this kind (README.md#emulations), never the real service
+    emulate: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,6 +233,11 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         ):
             bad(f"{key}.max_env_minutes_per_day", "must be a number of minutes > 0")
             minutes = None
+        emulate = entry.get("emulate", False)
+        if not isinstance(emulate, bool):
+            bad(f"{key}.emulate", "must be true or false")
+        elif emulate and kind and kind not in emulation_kinds():
+            bad(f"{key}.emulate", f"a {kind} substrate has no emulation")
         substrates[name] = SubstrateConfig(
             name,
             str(kind),
@@ -229,6 +245,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             bool(optional),
             budget if isinstance(budget, int) else None,
             float(minutes) if minutes is not None else None,
+            emulate is True,
         )
 
     plans: list[Plan] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -71,11 +71,19 @@ def find_orphans(
     *,
     older_than_s: float | None = None,
     now: datetime | None = None,
+    on_error: Callable[[str, Exception], None] | None = None,
 ) -> list[Orphan]:
     now = now or datetime.now(UTC)
     found = []
     for sub in substrates:
-        for leftover in sub.leftovers():
+        try:
+            leftovers = sub.leftovers()
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(sub.name, exc)  # e.g. a cloud with no credentials here: skip it, go on
+            continue
+        for leftover in leftovers:
             reason = why_orphan(leftover, older_than_s=older_than_s, now=now)
             if reason is not None:
                 found.append(Orphan(sub.name, leftover, reason))
@@ -83,12 +91,17 @@ def find_orphans(
 
 
 def reap(
-    substrates: Iterable[Substrate], *, older_than_s: float | None = None, dry_run: bool = False
+    substrates: Iterable[Substrate],
+    *,
+    older_than_s: float | None = None,
+    dry_run: bool = False,
+    on_error: Callable[[str, Exception], None] | None = None,
 ) -> list[Orphan]:
     """Remove the orphans of `substrates` (unless `dry_run`); return what was (or would be)
-    removed."""
+    removed. With `on_error`, a substrate whose leftovers can't be listed is reported to it
+    and skipped; without, the error propagates."""
     subs = {s.name: s for s in substrates}
-    orphans = find_orphans(subs.values(), older_than_s=older_than_s)
+    orphans = find_orphans(subs.values(), older_than_s=older_than_s, on_error=on_error)
     if not dry_run:
         for orphan in orphans:
             subs[orphan.substrate].remove_leftover(orphan.leftover)

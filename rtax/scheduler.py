@@ -27,6 +27,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,9 @@ class Prober:
         self._servers_lock = threading.Lock()
         self._start = clock_start
         self.stopped = threading.Event()
+        #: emulations this scheduler started itself (substrates with `emulate = true` and no
+        #: `rtax emulate` serving their kind); they stop with it
+        self.emulations: list[Any] = []
 
     # -- life ------------------------------------------------------------------------------
 
@@ -140,6 +144,7 @@ class Prober:
             Store(self.config.database).close()  # create and migrate once, up front
             if self.fixture is None:
                 self.fixture = fixtures.build()
+            self._attach_emulations()
             self._check_substrates()
             self._reap()
             self._scheduler = BackgroundScheduler(
@@ -178,8 +183,43 @@ class Prober:
                 self.config.database,
             )
         except BaseException:
+            self._stop_emulations()
             self.lock.release()
             raise
+
+    def _attach_emulations(self) -> None:
+        """Point every `emulate = true` substrate at its emulation: the one a running
+        ``rtax emulate`` publishes, else one started here for this scheduler's life. Their
+        samples are labelled ``emulated`` whatever the configuration says."""
+        wanted = sorted({c.kind for c in self.config.substrates.values() if c.emulate})
+        if not wanted:
+            return
+        from rtax import emulation
+
+        published = emulation.running()
+        missing = [k for k in wanted if k not in published]
+        self.emulations = emulation.start_all(missing, log=log.info) if missing else []
+        served = {**published, **{e.kind: e.substrate_params() for e in self.emulations}}
+        for kind in wanted:
+            where = "started here" if kind in missing else "served by `rtax emulate`"
+            log.info("%s substrates probe the %s emulation (%s)", kind, kind, where)
+        substrates = {
+            name: replace(conf, params=emulation.overlay(served[conf.kind], conf.params))
+            if conf.emulate
+            else conf
+            for name, conf in self.config.substrates.items()
+        }
+        self.config = replace(self.config, substrates=substrates)
+
+    def _stop_emulations(self) -> None:
+        if self.emulations:
+            from rtax import emulation
+
+            try:
+                emulation.stop_all(self.emulations)
+            except RuntimeError as exc:
+                log.error("%s", exc)
+            self.emulations = []
 
     def stop(self, wait: bool = True) -> None:
         """Stop scheduling, end rollouts in flight at their next step (they clean up and are
@@ -192,6 +232,7 @@ class Prober:
         for server in self.servers.values():
             server.stop()
         self.servers.clear()
+        self._stop_emulations()
         self.lock.release()
 
     def _on_submitted(self, event: Any) -> None:

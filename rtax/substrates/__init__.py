@@ -16,13 +16,21 @@ from rtax.substrates.base import Substrate
 REGISTRY: dict[str, str] = {
     "local": "rtax.substrates.local:LocalSubstrate",
     "docker": "rtax.substrates.docker:DockerSubstrate",
+    "kubernetes": "rtax.substrates.kubernetes:KubernetesSubstrate",
+    "ec2": "rtax.substrates.ec2:Ec2Substrate",
+    "daytona": "rtax.substrates.daytona:DaytonaSubstrate",
 }
 
-#: Built-in substrate names: name -> (kind, parameters). A configuration file (later) adds more.
+#: Built-in substrate names: name -> (kind, parameters). A configuration file adds more.
 NAMED: dict[str, tuple[str, dict[str, Any]]] = {
     "local": ("local", {}),
     "docker": ("docker", {}),
     "docker-gvisor": ("docker", {"runtime": "runsc"}),
+    # The clouds, configured by their clients' usual environment (kubeconfig, AWS's credential
+    # chain, DAYTONA_API_KEY); while `rtax emulate` runs, the CLI points them at the emulation.
+    "kubernetes": ("kubernetes", {}),
+    "ec2": ("ec2", {}),
+    "daytona": ("daytona", {}),
 }
 
 
