@@ -8,9 +8,13 @@ path that produces samples, and checks the measurement model (README.md#measurem
 
 from __future__ import annotations
 
+import os
+import socket
+from datetime import UTC, datetime
+
 import pytest
 
-from rtax import workloads
+from rtax import reaper, workloads
 from rtax.probe import PHASES, ProbeOptions, RolloutRecord, run_rollout
 from rtax.store import Store
 from rtax.substrates.base import Substrate
@@ -129,6 +133,29 @@ class SubstrateContract:
         finally:
             substrate.destroy(env, 60)
         assert [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"] == []
+
+    def test_planted_leftover_is_found_and_reaped(
+        self, substrate: Substrate, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An environment left behind by a crashed run: it carries this process as its owner,
+        so the reaper spares it while we live, and removes it once the owner counts as gone
+        (the only thing faked here is that liveness check)."""
+        env = substrate.create("contract-planted")
+        try:
+            substrate.wait_running(env, 60)
+            (planted,) = [lo for lo in substrate.leftovers() if lo.run_id == "contract-planted"]
+            assert planted.owner == f"{socket.gethostname()}:{os.getpid()}"
+            assert (
+                reaper.why_orphan(planted, older_than_s=None, now=datetime.now(UTC)) is None
+            )  # a live run's environment is spared
+            monkeypatch.setattr(reaper, "pid_alive", lambda pid: pid != os.getpid())
+            reaped = reaper.reap([substrate])
+            assert [o.leftover.run_id for o in reaped].count("contract-planted") == 1
+            left = [lo for lo in substrate.leftovers() if lo.run_id == "contract-planted"]
+            assert left == []
+        except BaseException:
+            substrate.destroy(env, 60)
+            raise
 
     def test_commands_report_exit_code_and_streams(self, substrate: Substrate) -> None:
         env = substrate.create("contract-streams")
