@@ -152,3 +152,45 @@ def no_leaked_containers() -> Iterator[None]:
     assert not leaked, (
         f"containers labelled rtax left after the suite: {[c['Names'] for c in leaked]}"
     )
+
+
+# -- every substrate kind must really pass its contract under CI ---------------------------------
+# `RTAX_REQUIRE_CONTRACT=local,docker,...` (set by .ci/run) turns "a kind's contract suite was
+# skipped, deselected or failed" into a failed session with one line per kind: the acceptance is
+# that every kind is exercised, and a skip must never pass for that silently.
+
+_contract_outcomes: dict[str, list[str]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    cls = getattr(item, "cls", None)
+    from contract import SubstrateContract
+
+    if cls is None or not issubclass(cls, SubstrateContract):
+        return
+    substrate = getattr(item, "funcargs", {}).get("substrate")
+    kind = getattr(substrate, "kind", None) or getattr(cls, "kind", None)
+    if kind and (report.when == "call" or report.outcome != "passed"):
+        _contract_outcomes.setdefault(kind, []).append(report.outcome)
+
+
+def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    required = [k for k in os.environ.get("RTAX_REQUIRE_CONTRACT", "").split(",") if k]
+    problems = []
+    for kind in required:
+        outcomes = _contract_outcomes.get(kind, [])
+        if not outcomes:
+            problems.append(f"{kind}: its contract suite did not run")
+        elif any(o != "passed" for o in outcomes):
+            bad = sorted({o for o in outcomes if o != "passed"})
+            problems.append(f"{kind}: contract tests {', '.join(bad)}")
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "contract coverage (RTAX_REQUIRE_CONTRACT)", red=True)
+            for line in problems:
+                reporter.write_line(f"RTAX_REQUIRE_CONTRACT: {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
