@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv fixtures docker browser run test lint bench clean
+.PHONY: venv fixtures docker browser run demo test lint bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ run: fixtures docker
 	$(PY) -m rtax schedule & sched=$$!; \
 	trap 'kill $$sched 2>/dev/null; wait $$sched 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/streamlit run app.py --server.headless true --browser.gatherUsageStats false
+
+# The opt-in demo: the cloud substrates against their local emulations (labelled emulated).
+demo: fixtures docker
+	@set -e; \
+	$(PY) -m rtax schedule --config examples/emulated.toml & sched=$$!; \
+	trap 'kill $$sched 2>/dev/null; wait $$sched 2>/dev/null' EXIT INT TERM; \
+	RTAX_CONFIG=examples/emulated.toml $(VENV)/bin/streamlit run app.py --server.headless true \
+		--browser.gatherUsageStats false
 
 lint: venv
 	$(VENV)/bin/ruff check rtax tests benchmarks app.py pages

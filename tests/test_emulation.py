@@ -74,3 +74,10 @@ def test_config_emulate_flag(tmp_path: Path) -> None:
         _conf(tmp_path, 'name = "d"\nkind = "docker"\nemulate = true')
     with pytest.raises(ConfigError, match="emulate: must be true or false"):
         _conf(tmp_path, 'name = "k"\nkind = "kubernetes"\nemulate = "yes"')
+
+
+def test_the_demo_configuration_is_valid_and_only_emulates_clouds() -> None:
+    demo = config.load(Path(__file__).resolve().parent.parent / "examples" / "emulated.toml")
+    clouds = {n: c for n, c in demo.substrates.items() if c.kind in emulation.kinds()}
+    assert set(clouds) == {"kubernetes", "ec2", "daytona"}
+    assert all(c.emulate for c in clouds.values())

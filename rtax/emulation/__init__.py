@@ -128,6 +128,15 @@ def overlay(emulated: dict[str, Any], configured: dict[str, Any]) -> dict[str, A
     return {**emulated, **configured, "fidelity": "emulated"}
 
 
+def endpoint(params: dict[str, Any]) -> str:
+    """The address an emulation's substrate parameters point at (each client names it
+    differently)."""
+    for key in ("endpoint", "host", "endpoint_url", "api_url"):
+        if params.get(key):
+            return str(params[key])
+    return "?"
+
+
 def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
     """Start the emulations of `kinds_` (building the runner image their environments run in,
     if missing); on any failure stop those already started and re-raise."""
@@ -140,7 +149,7 @@ def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
             emu = get_emulation(kind)
             emu.start()
             started.append(emu)
-            log(f"{kind} emulation serving: {emu.substrate_params().get('endpoint', '')}".strip())
+            log(f"{kind} emulation serving at {endpoint(emu.substrate_params())}")
     except BaseException:
         stop_all(started)
         raise
