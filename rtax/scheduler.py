@@ -390,10 +390,12 @@ class Prober:
         self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None, exc: Exception
     ) -> None:
         """A rollout that could not even start is a failure too: it is kept as a row."""
-        try:
-            fidelity = substrate_class(conf.kind).fidelity
-        except Exception:
-            fidelity = "real"
+        fidelity = conf.params.get("fidelity")  # set by `emulate = true` (and never "real" then)
+        if fidelity is None:
+            try:
+                fidelity = getattr(substrate_class(conf.kind), "fidelity", "real")
+            except Exception:
+                fidelity = "real"
         record = failed_record(
             conf.name,
             conf.kind,

@@ -31,7 +31,9 @@ def assert_phases_add_up(record: RolloutRecord) -> None:
     assert run["overhead_s"] <= 0.001 + 0.01 * run["wall_s"], run
     assert sum(phases) + run["overhead_s"] == pytest.approx(run["wall_s"], abs=1e-9)
     action_rows = [a for a in record.actions if a["phase"] == "action"]
-    assert sum(a["latency_s"] for a in action_rows) == pytest.approx(run["actions_s"], abs=1e-9)
+    assert sum(a["latency_s"] for a in action_rows) == pytest.approx(
+        run["actions_s"] or 0.0, abs=1e-9
+    )
     if run["status"] == "ok":
         ttfc = run["create_s"] + run["orchestration_s"] + run["ready_s"]
         assert run["time_to_first_command_s"] == pytest.approx(ttfc)
