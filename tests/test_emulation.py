@@ -81,3 +81,111 @@ def test_the_demo_configuration_is_valid_and_only_emulates_clouds() -> None:
     clouds = {n: c for n, c in demo.substrates.items() if c.kind in emulation.kinds()}
     assert set(clouds) == {"kubernetes", "ec2", "daytona"}
     assert all(c.emulate for c in clouds.values())
+
+
+def _poll(predicate, timeout_s: float, what: str):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)  # polling with a deadline
+    raise AssertionError(f"{what} did not happen within {timeout_s} s")
+
+
+def test_rtax_emulate_then_probe_stores_emulated_runs(
+    tmp_path: Path, runner_image: str, attrs_fixture, docker_api
+) -> None:
+    """The acceptance path end to end, as a user types it: `rtax emulate kubernetes` in one
+    process, `rtax probe --substrate kubernetes` in another; Ctrl-C then removes everything."""
+    import signal
+
+    from rtax.store import Store
+
+    env = {
+        **os.environ,
+        "RTAX_DATA_DIR": str(tmp_path),
+        "RTAX_FIXTURES_DIR": str(attrs_fixture.root),
+    }
+    emulate = subprocess.Popen(
+        [sys.executable, "-m", "rtax", "emulate", "kubernetes"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        state = tmp_path / "emulations.json"
+        _poll(lambda: state.exists(), 60, "the state file")
+        db = tmp_path / "probe.db"
+        probe = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rtax",
+                "probe",
+                "--substrate",
+                "kubernetes",
+                "--tier",
+                "T0",
+                "--repeat",
+                "2",
+                "--db",
+                str(db),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert probe.returncode == 0, probe.stderr
+        assert "probing the kubernetes emulation" in probe.stderr
+        with Store(db, create=False) as store:
+            runs = store.runs()
+        assert list(runs["fidelity"]) == ["emulated", "emulated"]
+        assert (runs["status"] == "ok").all() and (runs["substrate"] == "kubernetes").all()
+    finally:
+        emulate.send_signal(signal.SIGINT)
+        out, _ = emulate.communicate(timeout=120)
+    assert emulate.returncode == 130, out
+    assert not (tmp_path / "emulations.json").exists()
+    left = docker_api.containers(all=True, filters={"label": "rtax.substrate=kubernetes-emulation"})
+    assert [c for c in left if c["Labels"].get("rtax.owner", "").endswith(f":{emulate.pid}")] == []
+
+
+def test_scheduler_starts_the_emulation_for_emulate_true(
+    tmp_path: Path, runner_image: str, attrs_fixture, monkeypatch
+) -> None:
+    """`emulate = true` with no `rtax emulate` running: the scheduler starts the emulation,
+    probes it (samples labelled emulated even where the file says otherwise), and stops it."""
+    from rtax.scheduler import Prober
+    from rtax.store import Store
+
+    monkeypatch.setenv("RTAX_DATA_DIR", str(tmp_path))  # no published emulations here
+    file = tmp_path / "rtax.toml"
+    file.write_text(
+        'database = "rtax.db"\n'
+        '[[substrates]]\nname = "k8s"\nkind = "kubernetes"\nemulate = true\n'
+        'params = { fidelity = "real", namespace = "default" }\n'
+        '[[plans]]\nname = "p"\nsubstrates = ["k8s"]\ntier = "T0"\ninterval = "1h"\n'
+    )
+    conf = config.load(file)
+    prober = Prober(conf, fixture=attrs_fixture)
+    prober.start()
+    try:
+        assert [e.kind for e in prober.emulations] == ["kubernetes"]
+
+        def runs():
+            if not conf.database.exists():
+                return None
+            with Store(conf.database, create=False) as store:
+                frame = store.runs()
+            return frame.to_dict("records") or None
+
+        rows = _poll(runs, 120, "a kubernetes run")
+    finally:
+        prober.stop(wait=True)
+    assert prober.emulations == []
+    assert [(r["fidelity"], r["status"]) for r in rows] == [("emulated", "ok")]
