@@ -206,7 +206,7 @@ class _Rollout:
             except (DeadlineExceeded, ReadyTimeout):
                 raise
             except SubstrateError as exc:
-                if exc.error_class in ("environment_lost", "action_timeout"):
+                if exc.permanent or exc.error_class in ("environment_lost", "action_timeout"):
                     raise
                 last = str(exc)
             attempt += 1

@@ -15,9 +15,9 @@ import websocket
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax import workloads
 from rtax.emulation.kubernetes import KubernetesEmulation
-from rtax.probe import run_rollout
+from rtax.probe import ProbeOptions, run_rollout
 from rtax.store import Store
-from rtax.substrates.base import SubstrateError, clock
+from rtax.substrates.base import ExecError, SubstrateError, clock
 from rtax.substrates.kubernetes import KubernetesSubstrate
 from rtax.workloads import RepoSource
 
@@ -59,6 +59,19 @@ def _posts(emulation: KubernetesEmulation) -> int:
     return sum(1 for m, p in emulation.requests if m == "POST" and p.endswith("/pods"))
 
 
+def _gone(docker_api, cid: str | None, within_s: float = 60) -> None:
+    """Wait (polling, with a deadline) until the container `cid` no longer exists."""
+    if cid is None:
+        return
+    deadline = clock() + within_s
+    while True:
+        try:
+            docker_api.inspect_container(cid)
+        except docker.errors.NotFound:
+            return
+        assert clock() < deadline, f"container {cid[:12]} still exists after {within_s:g} s"
+
+
 def _stored(store: Store, record) -> dict:
     if record.run["actions_s"] is not None:
         assert_phases_add_up(record)
@@ -78,8 +91,16 @@ def test_milestones_follow_the_kubelet(
     assert record.ok, record.run
     row = _stored(store, record)
     names = [m["name"] for m in json.loads(row["milestones"])]
-    for expected in ("created", "scheduled", "initialized", "containers_ready", "running"):
+    for expected in (
+        "created",
+        "scheduled",
+        "initialized",
+        "containers_ready",
+        "pod_ready",
+        "running",
+    ):
         assert expected in names
+    assert "ready" not in names  # a phase's name, never a milestone's
     assert names.index("scheduled") < names.index("running") < names.index("first_command")
     assert {"image_pulled", "container_started"} <= set(names)
     assert names[-1] == "removed"
@@ -119,16 +140,29 @@ def test_create_refused_is_create_failed(
     assert row["cleanup_ok"] is None  # nothing was created
 
 
-def test_rate_limit_retried_then_succeeds(
-    k8s: KubernetesSubstrate, emulation: KubernetesEmulation
-) -> None:
-    before = _posts(emulation)
+def test_rate_limit_retried_then_succeeds(emulation: KubernetesEmulation) -> None:
+    # No event watch: the injected watch 429 must reach the pod watch, not the events thread.
+    sub = _sub(emulation, backoff_base_s=0.01, backoff_max_s=0.05, watch_events=False)
+    before = list(emulation.requests)
     emulation.inject("create", 429, times=2, retry_after=0)
     emulation.inject("exec", 429, times=1, retry_after=0)
     emulation.inject("watch", 429, times=1, retry_after=0)
-    record = run_rollout(k8s, workloads.build("T0"))
+    record = run_rollout(sub, workloads.build("T0"))
     assert record.ok, record.run
-    assert _posts(emulation) - before == 3
+    made = emulation.requests[len(before) :]
+    pod = f"/pods/rtax-{record.run['run_id']}"
+    assert sum(1 for m, p in made if m == "POST" and p.endswith("/pods")) == 3
+    execs = [i for i, (_, p) in enumerate(made) if p.endswith(pod + "/exec")]
+    assert len(execs) == 3  # ready, echo, and one retry
+    starting = made[: execs[0]]  # the refused pod watch, then its retry
+    assert sum(1 for m, p in starting if m == "GET" and p.endswith("/pods")) == 2
+
+
+def test_samples_from_the_emulation_are_never_labelled_real(
+    emulation: KubernetesEmulation,
+) -> None:
+    sub = _sub(emulation, fidelity="real")
+    assert sub.describe()["fidelity"] == "emulated" == sub.fidelity
 
 
 def test_persistent_rate_limit_is_rate_limited(
@@ -156,6 +190,78 @@ def test_create_answer_lost_is_create_timeout_and_nothing_left(
     deadline = clock() + 30
     while [lo for lo in sub.leftovers() if lo.run_id == record.run["run_id"]]:
         assert clock() < deadline, "the pod whose answer was lost was not deleted"
+
+
+def test_pod_held_pending_is_ready_timeout_kept_and_nothing_left(
+    emulation: KubernetesEmulation, store: Store
+) -> None:
+    sub = _sub(emulation)
+    emulation.hold_scheduling()
+    try:
+        t0 = clock()
+        record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1))
+        assert clock() - t0 < 15
+    finally:
+        emulation.release_scheduling()
+    row = _stored(store, record)
+    assert (row["status"], row["error_class"]) == ("failed", "ready_timeout")
+    assert "Unschedulable" in row["error_message"] or "PodScheduled" in row["error_message"]
+    assert row["cleanup_ok"] == 1
+    assert_clean(sub, record)
+    assert emulation.container_of(f"rtax-{record.run['run_id']}") is None  # never made
+
+
+def test_delete_refused_is_cleanup_failed_kept_and_then_reaped(
+    emulation: KubernetesEmulation, store: Store, docker_api
+) -> None:
+    sub = _sub(emulation)
+    emulation.inject("delete", 500, message="etcdserver: request timed out")
+    record = run_rollout(sub, workloads.build("T0"))
+    row = _stored(store, record)
+    assert (row["status"], row["error_class"]) == ("failed", "cleanup_failed")
+    assert row["cleanup_ok"] == 0 and "HTTP 500" in row["error_message"]
+    assert row["time_to_first_command_s"] is not None  # the rollout itself went through
+    left = [lo for lo in sub.leftovers() if lo.run_id == record.run["run_id"]]
+    assert len(left) == 1  # the pod outlived the failed cleanup: the reaper's job
+    cid = emulation.container_of(left[0].env_id)
+    sub.remove_leftover(left[0])
+    assert record.run["run_id"] not in [lo.run_id for lo in sub.leftovers()]
+    _gone(docker_api, cid)
+
+
+def test_exec_forbidden_fails_the_ready_phase_at_once(
+    emulation: KubernetesEmulation, store: Store
+) -> None:
+    sub = _sub(emulation)
+    emulation.inject("exec", 403, times=100, message="pods/exec is forbidden: no")
+    t0 = clock()
+    record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=60))
+    assert clock() - t0 < 20  # not after the ready timeout
+    emulation.clear_faults()
+    row = _stored(store, record)
+    assert (row["status"], row["error_class"]) == ("failed", "exec_error")
+    assert "403" in row["error_message"]
+    assert row["cleanup_ok"] == 1
+    ready = [a for a in record.actions if a["phase"] == "ready"]
+    assert len(ready) == 1 and ready[0]["error_class"] == "exec_error"
+    assert_clean(sub, record)
+
+
+def test_exec_upgrade_never_answered_fails_within_the_budget(
+    emulation: KubernetesEmulation,
+) -> None:
+    sub = _sub(emulation, api_timeout_s=1)
+    env = sub.create("exec-silent")
+    try:
+        sub.wait_running(env, 60)
+        emulation.delay("exec", 8)  # the upgrade request is held, never answered
+        t0 = clock()
+        with pytest.raises(ExecError, match="no answer to the WebSocket upgrade"):
+            sub.run(env, "true", 30)
+        assert clock() - t0 < 5
+        assert sub.run(env, "echo back", 30).stdout == "back\n"  # the next exec is answered
+    finally:
+        sub.destroy(env, 60)
 
 
 def test_pod_deleted_under_the_rollout_is_environment_lost(
@@ -254,20 +360,24 @@ def test_planted_leftover_is_listed_and_removed(
     k8s: KubernetesSubstrate, emulation: KubernetesEmulation, docker_api
 ) -> None:
     env = k8s.create("planted-leftover")
-    k8s.wait_running(env, 60)
-    cid = emulation.container_of(env.env_id)
-    found = [lo for lo in k8s.leftovers() if lo.run_id == "planted-leftover"]
-    assert len(found) == 1
-    assert found[0].owner and found[0].created_at and found[0].env_id == env.env_id
-    other = _sub(emulation, name="kubernetes-other")
-    assert "planted-leftover" not in [lo.run_id for lo in other.leftovers()]
-    k8s.remove_leftover(found[0])
-    assert [lo for lo in k8s.leftovers() if lo.run_id == "planted-leftover"] == []
-    with pytest.raises(docker.errors.NotFound):
-        docker_api.inspect_container(cid)
+    cid = None
+    try:
+        k8s.wait_running(env, 60)
+        cid = emulation.container_of(env.env_id)
+        found = [lo for lo in k8s.leftovers() if lo.run_id == "planted-leftover"]
+        assert len(found) == 1
+        assert found[0].owner and found[0].created_at and found[0].env_id == env.env_id
+        other = _sub(emulation, name="kubernetes-other")
+        assert "planted-leftover" not in [lo.run_id for lo in other.leftovers()]
+        k8s.remove_leftover(found[0])
+        assert [lo for lo in k8s.leftovers() if lo.run_id == "planted-leftover"] == []
+    finally:
+        if emulation.pod(env.env_id) is not None:
+            k8s.destroy(env, 60)
+    _gone(docker_api, cid)
 
 
-def test_destroy_waits_until_the_container_is_gone(
+def test_destroy_returns_when_the_api_has_no_pod_then_the_kubelet_removes_it(
     k8s: KubernetesSubstrate, emulation: KubernetesEmulation, docker_api
 ) -> None:
     env = k8s.create("destroy-waits")
@@ -275,9 +385,32 @@ def test_destroy_waits_until_the_container_is_gone(
     cid = emulation.container_of(env.env_id)
     assert docker_api.inspect_container(cid)["State"]["Running"]
     k8s.destroy(env, 60)
+    # Grace period 0: the API server removed the object with its answer (force deletion) ...
     assert emulation.pod(env.env_id) is None
-    with pytest.raises(docker.errors.NotFound):
-        docker_api.inspect_container(cid)
+    with pytest.raises(kubernetes.client.ApiException, match="404"):
+        k8s.api.read_namespaced_pod(env.env_id, "default")
+    # ... and the kubelet removes the container afterwards, not within cleanup.
+    _gone(docker_api, cid)
+
+
+def test_delete_with_a_grace_period_is_terminating_until_the_container_is_gone(
+    k8s: KubernetesSubstrate, emulation: KubernetesEmulation, docker_api
+) -> None:
+    env = k8s.create("graceful-delete")
+    try:
+        k8s.wait_running(env, 60)
+        cid = emulation.container_of(env.env_id)
+        answer = k8s.api.delete_namespaced_pod(env.env_id, "default", grace_period_seconds=30)
+        assert answer.metadata.deletion_timestamp is not None
+        assert answer.metadata.deletion_grace_period_seconds == 30
+        deadline = clock() + 60
+        while emulation.pod(env.env_id) is not None:  # gone once the kubelet removed it
+            assert clock() < deadline, "a terminating pod was never removed"
+        _gone(docker_api, cid, within_s=1)  # the object went after its container
+        k8s._delete_and_wait(env.env_id, 10)  # an already deleted pod: nothing to wait for
+    finally:
+        if emulation.pod(env.env_id) is not None:
+            k8s.destroy(env, 60)
 
 
 # -- the API server's rules -----------------------------------------------------------------------

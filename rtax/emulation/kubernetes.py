@@ -5,8 +5,15 @@ client over the real protocol, and its commands must really run. This server spe
 the core/v1 API that a rollout uses, as the real API server and kubelet answer them:
 
 - pods: create (name and label validation, 422 ``Invalid`` like the API server; 409 on a taken
-  name; 404 in an unknown namespace), get, list with ``labelSelector``/``fieldSelector``, delete
-  (the object gets a ``deletionTimestamp``, then disappears once its container is removed);
+  name; 404 in an unknown namespace), get, list with ``labelSelector``/``fieldSelector``, and
+  delete with the API server's grace period rules (``DeleteOptions`` body, else the
+  ``gracePeriodSeconds`` parameter, else the pod's ``terminationGracePeriodSeconds``, else 30):
+  with grace period 0, or for a pod no node has yet, the object is removed at once (the answer
+  and the ``DELETED`` event carry the ``deletionTimestamp``; a GET then answers 404) and the
+  kubelet removes the container in the background afterwards, so the time of a delete is the
+  API's, as on a real cluster; with a grace period the pod is terminating (``deletionTimestamp``
+  set) and goes (``DELETED``) once its container is removed (the grace period is not waited
+  out: the container is killed at once);
 - watch: ``watch=true`` streams one JSON event per line over a chunked response, from a
   ``resourceVersion`` (events after it, from a bounded history; ``410 Gone`` once it is older
   than the history) or, without one, synthetic ``ADDED`` events for the current state first;
@@ -29,7 +36,12 @@ ends). Every pod runs in a container of `rtax.substrates.docker.DockerSubstrate`
 ``kubernetes-emulation``, so commands really run and the reaper can find orphans.
 
 Faults are injected from Python: `inject` answers an operation with an HTTP error (e.g. 429 with
-``Retry-After``, 403, 422) and `delay` answers late after doing the work (a lost answer).
+``Retry-After``, 403, 422, 500) and `delay` answers late after doing the work (a lost answer;
+for ``exec`` the upgrade request is accepted on its TCP connection and never answered, then
+dropped after the delay); `hold_scheduling` leaves new pods Pending and unscheduled until
+`release_scheduling` (an orchestration that never ends). `stop()` waits for the kubelet's
+background work and removes every container the emulation made, including those whose pods
+were deleted and are still being removed.
 """
 
 from __future__ import annotations
@@ -340,6 +352,8 @@ class KubernetesEmulation:
         self._made: set[str] = set()  # run ids of the backing containers
         self._pod_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._schedulable = threading.Event()
+        self._schedulable.set()
         self._kubelet: ThreadPoolExecutor | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -391,7 +405,10 @@ class KubernetesEmulation:
             self._server.should_exit = True
             self._thread.join(timeout=30)
             self._thread = None
+        self._schedulable.set()  # a held scheduler lets its pods go (they are gone or ignored)
         if self._kubelet is not None:
+            # Background container removals still queued are cancelled: their containers are
+            # still in `_envs` and are removed below; the running ones are waited for.
             self._kubelet.shutdown(wait=True, cancel_futures=True)
             self._kubelet = None
         for env in list(self._envs.values()):
@@ -452,6 +469,7 @@ class KubernetesEmulation:
         with self._lock:
             self._faults.clear()
             self._delays.clear()
+        self._schedulable.set()
 
     def _fault(self, op: str) -> _Fault | None:
         with self._lock:
@@ -464,12 +482,26 @@ class KubernetesEmulation:
                 queue.pop(0)
             return fault
 
-    async def _late(self, op: str) -> None:
+    async def _late(self, op: str) -> bool:
+        """Sleep the next delay queued for `op` (ended early when the server stops); True if
+        there was one."""
         with self._lock:
             queue = self._delays.get(op) or []
             seconds = queue.pop(0) if queue else 0.0
-        if seconds:
-            await asyncio.sleep(seconds)
+        if not seconds:
+            return False
+        deadline = time.monotonic() + seconds
+        while not self.state.closed and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+        return True
+
+    def hold_scheduling(self) -> None:
+        """Leave new pods Pending and unscheduled (PodScheduled False, ``Unschedulable``, as
+        when no node fits) until `release_scheduling` or `clear_faults`."""
+        self._schedulable.clear()
+
+    def release_scheduling(self) -> None:
+        self._schedulable.set()
 
     # -- inspection for tests --------------------------------------------------------------------
 
@@ -538,6 +570,19 @@ class KubernetesEmulation:
         if pod is None:
             return
         uid = pod["metadata"]["uid"]
+        if not self._schedulable.is_set():
+
+            def unschedulable(p: dict[str, Any]) -> None:
+                cond = _condition("PodScheduled", "False", "Unschedulable")
+                cond["message"] = "0/1 nodes are available: scheduling held by the emulation."
+                p["status"]["conditions"] = [cond]
+
+            self.state.update(ns, name, unschedulable)
+            while not self._schedulable.wait(0.1) and not self.state.closed:
+                pass
+            pod = self.state.get("pods", ns, name)
+            if pod is None or pod["metadata"]["uid"] != uid or self.state.closed:
+                return
         with self._pod_lock(uid):
             if pod["metadata"].get("deletionTimestamp") or pod["spec"].get("nodeName"):
                 return  # being deleted, or already bound
@@ -640,14 +685,14 @@ class KubernetesEmulation:
             self._event(pod, "BackOff", back_off, "Normal")
             self._event(pod, "Failed", "Error: ImagePullBackOff", "Warning")
 
-    def _terminate(self, ns: str, name: str, uid: str) -> None:
-        """Kill and remove the pod's container, then drop the object (DELETED)."""
+    def _terminate(self, ns: str, name: str, uid: str, last: dict[str, Any]) -> None:
+        """The kubelet's part of a deletion: kill and remove the pod's container, then drop
+        the object (DELETED) if it is still there (a terminating pod; a pod deleted with grace
+        period 0 is already gone from the API)."""
         with self._pod_lock(uid):
             env = self._envs.pop(uid, None)
-            pod = self.state.get("pods", ns, name)
             if env is not None:
-                if pod is not None:
-                    self._event(pod, "Killing", "Stopping container main")
+                self._event(last, "Killing", "Stopping container main")
                 for _ in range(3):
                     try:
                         self._docker(self.image).destroy(env, 60)
@@ -778,17 +823,38 @@ class KubernetesEmulation:
             body = status_body(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
             return JSONResponse(body, 404)
         if op == "delete":
-            uid = pod["metadata"]["uid"]
-
-            def deleting(p: dict[str, Any]) -> None:
-                p["metadata"].setdefault("deletionTimestamp", _now())
-                p["metadata"]["deletionGracePeriodSeconds"] = 0
-
-            pod = self.state.update(ns, name, deleting) or pod
-            assert self._kubelet is not None
-            self._kubelet.submit(self._terminate, ns, name, uid)
+            try:
+                grace = _grace_period(request.query_params, await request.body(), pod)
+            except ValueError as exc:
+                return JSONResponse(status_body(400, "BadRequest", str(exc)), 400)
+            pod = self._delete(ns, name, pod, grace)
             await self._late("delete")
         return JSONResponse(_with_kind("pods", pod))
+
+    def _delete(self, ns: str, name: str, pod: dict[str, Any], grace: int) -> dict[str, Any]:
+        """As the API server deletes a pod: with grace period 0, or when no node has it yet,
+        the object goes at once (DELETED) and the kubelet stops the container afterwards; with
+        a grace period the pod is marked terminating and goes once its container is removed."""
+        uid = pod["metadata"]["uid"]
+
+        def deleting(p: dict[str, Any]) -> None:
+            p["metadata"].setdefault("deletionTimestamp", _now())
+            p["metadata"]["deletionGracePeriodSeconds"] = grace
+
+        with self.state.lock:
+            current = self.state.objects["pods"].get((ns, name))
+            if current is None or current["metadata"]["uid"] != uid:
+                return pod  # deleted meanwhile
+            if grace == 0 or not current["spec"].get("nodeName"):
+                gone = copy.deepcopy(current)
+                deleting(gone)
+                gone["metadata"]["deletionGracePeriodSeconds"] = 0
+                pod = self.state.commit("pods", "DELETED", gone)
+            else:
+                pod = self.state.update(ns, name, deleting) or pod
+        assert self._kubelet is not None
+        self._kubelet.submit(self._terminate, ns, name, uid, pod)
+        return pod
 
     async def _list(self, request: Any, resource: str) -> Any:
         from starlette.responses import JSONResponse, StreamingResponse
@@ -908,6 +974,10 @@ class KubernetesEmulation:
         if denied := self._deny(ws, "exec"):
             await ws.send_denial_response(denied)
             return
+        if await self._late("exec"):  # an upgrade request held with no answer, then dropped
+            with contextlib.suppress(Exception):
+                await ws.close()
+            return
         ns, name = ws.path_params["ns"], ws.path_params["name"]
         pod = self.state.get("pods", ns, name)
         if pod is None:
@@ -970,6 +1040,22 @@ def _denial_is_complete(record: logging.LogRecord) -> bool:
     instead of the upgrade, as the API server does): its sans-I/O protocol sent the response
     but does not count it as a completed handshake."""
     return record.getMessage() != "ASGI callable returned without completing handshake."
+
+
+def _grace_period(query: Any, body: bytes, pod: dict[str, Any]) -> int:
+    """A deletion's grace period as the API server picks it: DeleteOptions in the body, then
+    the ``gracePeriodSeconds`` query parameter, then the pod's terminationGracePeriodSeconds
+    (default 30)."""
+    options = json.loads(body) if body.strip() else {}
+    value = (options or {}).get("gracePeriodSeconds")
+    if value is None:
+        value = query.get("gracePeriodSeconds")
+    if value is None:
+        value = pod["spec"].get("terminationGracePeriodSeconds", 30)
+    grace = int(value)
+    if grace < 0:
+        raise ValueError("gracePeriodSeconds must be >= 0")
+    return grace
 
 
 def _true(value: str | None) -> bool:

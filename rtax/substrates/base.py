@@ -89,6 +89,10 @@ class SubstrateError(Exception):
     """A failure of the substrate; `error_class` is what the run row records."""
 
     error_class = "substrate_error"
+    #: The ready phase retries a failing first command until its timeout (a starting
+    #: environment may refuse commands for a while); a permanent error, one no retry can change
+    #: (an exec refused as forbidden), ends it at once instead.
+    permanent = False
 
 
 class CreateFailed(SubstrateError):

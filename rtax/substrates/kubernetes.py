@@ -7,14 +7,24 @@ Why these choices (README.md#kubernetes):
   and no polling interval is measured. Conditions (PodScheduled, Initialized, ContainersReady,
   Ready) are marked as native milestones when the watch shows them, and a second watch on the
   pod's events marks image pulled / container created / started when the kubelet reports them.
+  The Ready condition is the milestone ``pod_ready`` (``ready`` is a phase: the first command).
   Milestones are times at which this host *observed* the report, on the rtax clock.
 - Commands run through the exec WebSocket (``v5.channel.k8s.io``/``v4.channel.k8s.io``) as
-  ``timeout -k 1 <t> sh -c <cmd>``: coreutils stops a hung command inside the pod, and the
-  WebSocket wait is bounded too, so a silent API cannot hang a rollout. Exit codes come from the
-  status channel's v1 Status; stdout and stderr stay apart.
+  ``timeout -k 1 <t> sh -c <cmd>``: coreutils stops a hung command inside the pod. The client
+  connects its WebSocket with no timeout at all (``_request_timeout`` only bounds a preloaded
+  read), so rtax gives the TCP connect and the upgrade handshake a socket timeout
+  (``api_timeout_s``, within the command's budget) and bounds every frame read by the command's
+  deadline, so a silent API cannot hang a rollout: no answer to the upgrade is ``exec_error``
+  (the command never started: nothing ran past a timeout), no exit status by the deadline,
+  even within a half-received frame, is ``action_timeout`` as before.
+  Exit codes come from the status channel's v1 Status; stdout and stderr stay apart.
+- An exec refused for good (401, 403 and other 4xx but 400, 404, 408 and 429) is
+  ``exec_error`` at once, even in the ready phase, whose other failures are retried until the
+  ready timeout; a 404 for a pod that is gone is ``environment_lost``.
 - Cleanup deletes with grace period 0 and then waits (a watch again) until the API no longer has
-  the pod. On a real cluster that is when the API object is gone; the kubelet may still be
-  killing the container.
+  the pod: at once when the API server removes it with the answer (force deletion, what a real
+  one does with grace period 0), or when a terminating pod's DELETED event comes. The kubelet
+  may still be killing the container then; that is not part of ``cleanup``.
 - HTTP 429 (API priority and fairness) is retried with exponential backoff that honours
   ``Retry-After`` up to ``backoff_max_s``, bounded by ``max_attempts`` and the call's deadline;
   if it persists the rollout fails as ``rate_limited``.
@@ -72,6 +82,8 @@ _KILL_GRACE_S = 1.0
 #: How long past a command's timeout the WebSocket is waited for before it is closed.
 _WS_MARGIN_S = 10.0
 CONTAINER = "main"
+#: How the gitVersion of rtax's Kubernetes emulation ends (rtax.emulation.kubernetes).
+_EMULATED_VERSION = "-rtax-emulated"
 PROTOCOLS = {"v4": "v4.channel.k8s.io", "v5": "v5.channel.k8s.io"}
 #: Waiting reasons after which a container will not start without a change of spec.
 FATAL_WAITING = {
@@ -85,7 +97,7 @@ _CONDITIONS = {
     "PodScheduled": "scheduled",
     "Initialized": "initialized",
     "ContainersReady": "containers_ready",
-    "Ready": "ready",
+    "Ready": "pod_ready",  # not "ready": that is a phase of the measurement model
 }
 _EVENTS = {
     "Pulling": "image_pulling",
@@ -260,6 +272,17 @@ class KubernetesSubstrate:
                 if _is_transport(exc):
                     raise fail(f"{what}: API unreachable ({_transport_reason(exc)})") from None
                 raise
+
+    def _plain(self, what: str, fn: Callable[..., Any]) -> Any:
+        """`fn(**request_options)` through `_call` within `api_timeout_s`, any failure a plain
+        `SubstrateError` (listing, version: calls outside a rollout's phases)."""
+        return self._call(
+            what,
+            lambda left: fn(_preload_content=False, _request_timeout=self._timeout(left)),
+            fail=SubstrateError,
+            slow=SubstrateError,
+            timeout_s=self.api_timeout_s,
+        )
 
     def _backoff(self, attempt: int, exc: Any) -> float:
         """Exponential backoff from `backoff_base_s`, or the server's Retry-After, capped."""
@@ -448,6 +471,8 @@ class KubernetesSubstrate:
                 raise slow(f"pod watch: {_transport_reason(exc)}") from None
             raise
         finally:
+            # Close, not only release: a watch left mid-stream must not go back to the pool.
+            resp.close()
             resp.release_conn()
 
     def _start_event_watch(self, env: Environment, timeout_s: float) -> None:
@@ -460,6 +485,7 @@ class KubernetesSubstrate:
         state: dict[str, Any] = {"resp": None, "stop": False}
 
         def watch() -> None:
+            resp = None
             with contextlib.suppress(Exception):
                 resp = self.api.list_namespaced_event(
                     self.namespace,
@@ -471,18 +497,22 @@ class KubernetesSubstrate:
                     _request_timeout=(self.api_timeout_s, timeout_s + 5),
                 )
                 state["resp"] = resp
-                if state["stop"]:
-                    return
                 seen: set[str] = set()
-                for line in iter_resp_lines(resp):
+                # "Pulling" only comes when the image is pulled; the other three always come.
+                done = set(_EVENTS.values()) - {"image_pulling"}
+                for line in iter_resp_lines(resp) if not state["stop"] else ():
                     event = json.loads(line) if line.strip() else {}
                     reason = (event.get("object") or {}).get("reason")
                     milestone = _EVENTS.get(reason or "")
                     if milestone and milestone not in seen and event.get("type") == "ADDED":
                         seen.add(milestone)
                         env.mark(milestone)
-                    if state["stop"] or seen == set(_EVENTS.values()) - {"image_pulling"}:
-                        return
+                    if state["stop"] or seen >= done:
+                        break
+            if resp is not None:  # end the server's watch now, not at its timeout
+                with contextlib.suppress(Exception):
+                    resp.close()
+                    resp.release_conn()
 
         thread = threading.Thread(target=watch, daemon=True, name=f"k8s-events-{name}")
         env.handle["events"] = (thread, state)
@@ -515,9 +545,15 @@ class KubernetesSubstrate:
         kwargs: dict[str, Any] = {}
         if self.exec_protocol:
             kwargs["_headers"] = {"sec-websocket-protocol": PROTOCOLS[self.exec_protocol]}
+        budget = timeout_s + _KILL_GRACE_S + _WS_MARGIN_S
+        deadline = t0 + budget
+        _bound_websocket_connect()
         attempt = 0
         while True:
             attempt += 1
+            # The TCP connect and the upgrade handshake: at most api_timeout_s, within budget.
+            connect_s = max(min(self.api_timeout_s, deadline - clock()), 0.001)
+            _WS_TIMEOUT.seconds = connect_s
             try:
                 ws = k8s.stream.stream(
                     self._exec_api().connect_get_namespaced_pod_exec,
@@ -541,21 +577,42 @@ class KubernetesSubstrate:
                 if exc is None:
                     raise
                 status = _handshake_status(exc)
-                if status == 429 and attempt < self.max_attempts:
-                    time.sleep(self._backoff(attempt, exc))
+                wait = self._backoff(attempt, exc)
+                # Retries are bounded by the attempts and by the command's own timeout.
+                if (
+                    status == 429
+                    and attempt < self.max_attempts
+                    and clock() + wait < t0 + timeout_s
+                ):
+                    time.sleep(wait)
                     continue
                 if status == 429:
                     raise RateLimited(f"exec: HTTP 429 after {attempt} attempts") from None
-                raise self._exec_failure(env, f"exec refused: {_reason(exc)[:300]}") from None
+                if status is None and _is_ws_timeout(exc):
+                    raise ExecError(
+                        f"exec: no answer to the WebSocket upgrade within {connect_s:.3g} s"
+                    ) from None
+                message = f"exec refused: {_reason(exc)[:300]}"
+                failure = self._exec_failure(env, message)
+                if (
+                    type(failure) is ExecError
+                    and status is not None
+                    and 400 <= status < 500
+                    and status not in _EXEC_RETRYABLE
+                ):
+                    raise ExecRefused(message) from None
+                raise failure from None
+            finally:
+                _WS_TIMEOUT.seconds = None
         try:
-            deadline = t0 + timeout_s + _KILL_GRACE_S + _WS_MARGIN_S
             while ws.is_open():
                 left = deadline - clock()
                 if left <= 0:
                     raise CommandTimeout(
-                        f"no exit status {timeout_s + _KILL_GRACE_S + _WS_MARGIN_S:.3g} s after "
-                        "the command started; stream closed"
+                        f"no exit status {budget:.3g} s after the command started; stream closed"
                     )
+                # Bounds a frame that starts and never ends, as well as the wait for one.
+                ws.sock.settimeout(left)
                 ws.update(timeout=min(left, 5.0))
             out = ws.read_channel(1) or b""
             err = ws.read_channel(2) or b""
@@ -563,6 +620,11 @@ class KubernetesSubstrate:
         except CommandTimeout:
             raise
         except Exception as exc:
+            if _is_ws_timeout(exc):  # a frame begun and never finished by the deadline
+                raise CommandTimeout(
+                    f"no exit status {budget:.3g} s after the command started (a frame stalled); "
+                    "stream closed"
+                ) from None
             raise self._exec_failure(env, f"exec stream: {type(exc).__name__}: {exc}") from None
         finally:
             with contextlib.suppress(Exception):
@@ -623,7 +685,11 @@ class KubernetesSubstrate:
         env.mark("removed")
 
     def _delete_and_wait(self, name: str, timeout_s: float) -> None:
-        """Delete with grace period 0, then watch until the API has no such pod."""
+        """Delete with grace period 0, then watch until the API has no such pod.
+
+        Both answers a server may give are handled: the pod removed with the answer (a real API
+        server's force deletion: the GET that follows is a 404 and nothing is waited for) or a
+        terminating pod (deletionTimestamp set: its DELETED event is watched for)."""
         deadline = clock() + timeout_s
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
         pod = self._call(
@@ -641,6 +707,11 @@ class KubernetesSubstrate:
             timeout_s=timeout_s,
             missing_ok=True,
         )
+        if pod is not None:
+            # A real API server removes a pod deleted with grace period 0 at once, and recent
+            # ones answer with the deletion's resourceVersion, so a watch from the answer would
+            # never see DELETED: read the pod again and watch from there.
+            pod = self._get(name, CleanupFailed, max(deadline - clock(), 0.5))
         while pod is not None:
             left = deadline - clock()
             if left <= 0:
@@ -663,17 +734,13 @@ class KubernetesSubstrate:
 
     def leftovers(self) -> list[Leftover]:
         """Pods of this substrate name carrying the rtax label, in `namespace`."""
-        found = self._call(
+        found = self._plain(
             "list leftovers",
-            lambda left: self.api.list_namespaced_pod(
+            lambda **options: self.api.list_namespaced_pod(
                 self.namespace,
                 label_selector=f"{LABEL},{LABEL}.substrate={_dns_token(self.name)}",
-                _preload_content=False,
-                _request_timeout=self._timeout(left),
+                **options,
             ),
-            fail=SubstrateError,
-            slow=SubstrateError,
-            timeout_s=self.api_timeout_s,
         )
         result = []
         for pod in found.get("items") or []:
@@ -699,17 +766,9 @@ class KubernetesSubstrate:
         """Check that the API answers and that pods can be listed in `namespace`."""
         try:
             self._version()
-            self._call(
+            self._plain(
                 "list pods",
-                lambda left: self.api.list_namespaced_pod(
-                    self.namespace,
-                    limit=1,
-                    _preload_content=False,
-                    _request_timeout=self._timeout(left),
-                ),
-                fail=SubstrateError,
-                slow=SubstrateError,
-                timeout_s=self.api_timeout_s,
+                lambda **options: self.api.list_namespaced_pod(self.namespace, limit=1, **options),
             )
         except SubstrateError as exc:
             raise SubstrateError(f"kubernetes API at {self._cfg.host} not usable: {exc}") from None
@@ -719,16 +778,11 @@ class KubernetesSubstrate:
         if self._server_version is None:
             k8s = _k8s()
             version_api = k8s.client.VersionApi(self.api.api_client)
-            info = self._call(
-                "version",
-                lambda left: version_api.get_code(
-                    _preload_content=False, _request_timeout=self._timeout(left)
-                ),
-                fail=SubstrateError,
-                slow=SubstrateError,
-                timeout_s=self.api_timeout_s,
-            )
+            info = self._plain("version", version_api.get_code)
             self._server_version = str(info.get("gitVersion"))
+            if self._server_version.endswith(_EMULATED_VERSION) and self.fidelity == "real":
+                # rtax's own emulation answers here: its samples can't be labelled real.
+                self.fidelity = "emulated"
         return self._server_version
 
     def host_address(self) -> str:
@@ -766,6 +820,49 @@ class KubernetesSubstrate:
                 "websocket-client": metadata.version("websocket-client"),
             },
         }
+
+
+class ExecRefused(ExecError):
+    """The API refused an exec for good (403 forbidden, ...): ``exec_error``, and permanent,
+    so the probe runner's ready phase stops at once instead of retrying a refusal until it
+    becomes a ``ready_timeout`` much later."""
+
+    permanent = True
+
+
+#: Exec refusals worth retrying: a container not there yet or a stale kubelet (400), a pod the
+#: API still has but the kubelet not (404), a timeout (408), rate limiting (429).
+_EXEC_RETRYABLE = {400, 404, 408, 429}
+
+_WS_TIMEOUT = threading.local()
+_WS_PATCH = threading.Lock()
+
+
+def _bound_websocket_connect() -> None:
+    """Make the client's exec WebSocket connect with a timeout when this thread asks for one.
+
+    kubernetes.stream.ws_client.create_websocket builds a ``websocket.WebSocket`` and calls
+    ``connect(url, header=...)`` without a ``timeout``, which leaves the socket blocking through
+    the TCP connect and the upgrade handshake; no argument of `stream()` reaches it. Once per
+    process, the module's ``WebSocket`` becomes a subclass whose ``connect`` adds the timeout
+    set in `_WS_TIMEOUT` by this thread; without one (any other caller) it behaves as before."""
+    from kubernetes.stream import ws_client
+
+    with _WS_PATCH:
+        base = ws_client.WebSocket
+        if getattr(base, "_rtax_bounded", False):
+            return
+
+        class BoundedWebSocket(base):  # type: ignore[misc, valid-type]
+            _rtax_bounded = True
+
+            def connect(self, url: str, **options: Any) -> None:
+                timeout = getattr(_WS_TIMEOUT, "seconds", None)
+                if timeout is not None:
+                    options.setdefault("timeout", timeout)
+                super().connect(url, **options)
+
+        ws_client.WebSocket = BoundedWebSocket
 
 
 class _Expired(Exception):
@@ -837,6 +934,17 @@ def _is_timeout(exc: BaseException) -> bool:
     return isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError)) or isinstance(
         inner, urllib3.exceptions.TimeoutError
     )
+
+
+def _is_ws_timeout(exc: BaseException | None) -> bool:
+    """Whether `exc` or an exception it arose from is a socket or WebSocket timeout."""
+    from websocket import WebSocketTimeoutException
+
+    while exc is not None:
+        if isinstance(exc, (TimeoutError, WebSocketTimeoutException)):
+            return True
+        exc = exc.__context__
+    return False
 
 
 def _is_transport(exc: BaseException) -> bool:
