@@ -1,0 +1,540 @@
+"""The ec2 substrate against the EC2 + SSM emulation (moto's EC2, rtax's SSM on containers):
+the contract, each failure the substrate classifies, the launch request itself, leftovers,
+credentials, and proof that nothing but the API endpoint is ever contacted."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import boto3
+import pytest
+
+from contract import SubstrateContract, assert_clean, assert_phases_add_up
+from rtax import config, workloads
+from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
+from rtax.probe import PHASES, ProbeOptions, run_rollout
+from rtax.store import Store
+from rtax.substrates.base import LABEL, CommandResult, Environment, SubstrateError, clock
+from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate
+from rtax.workloads import Action, RepoSource, Workload
+
+
+@pytest.fixture(scope="module")
+def emulation(runner_image: str) -> Iterator[Ec2Emulation]:
+    with Ec2Emulation(image=runner_image) as emu:
+        yield emu
+
+
+@pytest.fixture(autouse=True)
+def _no_faults(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Faults are injected per test; none outlives it."""
+    if "emulation" not in request.fixturenames:
+        yield
+        return
+    emu = request.getfixturevalue("emulation")
+    emu.clear_faults()
+    yield
+    emu.clear_faults()
+
+
+@pytest.fixture
+def repo_source(docker_repo_source: RepoSource) -> RepoSource:
+    return docker_repo_source
+
+
+class TestEc2Contract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self, emulation: Ec2Emulation) -> Ec2Substrate:
+        return Ec2Substrate(**emulation.substrate_params())
+
+
+@pytest.fixture
+def fast(emulation: Ec2Emulation) -> Ec2Substrate:
+    """Short backoffs, so that failure tests stay fast. (The agent wait keeps its default:
+    the first ready attempt waits inside `run` until the agent is online.)"""
+    return Ec2Substrate(
+        name="ec2-fast",
+        throttle_backoff_s=0.01,
+        throttle_attempts=4,
+        poll_max_s=0.1,
+        **emulation.substrate_params(),
+    )
+
+
+def _client(emulation: Ec2Emulation, service: str) -> Any:
+    """A client of the emulation for the test's own checks (fake keys, no retries)."""
+    return boto3.client(
+        service,
+        region_name=emulation.region,
+        endpoint_url=emulation.url,
+        aws_access_key_id="test-checker",
+        aws_secret_access_key="test-checker",
+    )
+
+
+def _state(emulation: Ec2Emulation, instance_id: str) -> str:
+    answer = _client(emulation, "ec2").describe_instances(InstanceIds=[instance_id])
+    return answer["Reservations"][0]["Instances"][0]["State"]["Name"]
+
+
+def _wait_container_gone(emulation: Ec2Emulation, run_id: str) -> None:
+    """Backing containers are removed in the background after TerminateInstances."""
+    deadline = clock() + 30
+    while any(lo.run_id == run_id for lo in emulation.backing.leftovers()):
+        assert clock() < deadline, f"container of {run_id} still there"
+        threading.Event().wait(0.05)
+
+
+def _instance_id(emulation: Ec2Emulation, run_id: str) -> str:
+    answer = _client(emulation, "ec2").describe_instances(
+        Filters=[{"Name": f"tag:{LABEL}.run_id", "Values": [run_id]}]
+    )
+    return answer["Reservations"][0]["Instances"][0]["InstanceId"]
+
+
+def _saved(store: Store, record: Any) -> Any:
+    """Save the record and return its stored row; phases must add up whatever failed."""
+    if record.run["actions_s"] is not None:
+        assert_phases_add_up(record)
+    else:  # failed before any action (the contract's helper expects an actions phase)
+        phases = [v for k, v in record.run.items() if k.endswith("_s") and k[:-2] in PHASES]
+        total = sum(p for p in phases if p is not None) + record.run["overhead_s"]
+        assert total == pytest.approx(record.run["wall_s"], abs=1e-9)
+    store.save_rollout(record)
+    rows = store.runs()
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+# -- the launch request -----------------------------------------------------------------------
+
+
+def test_instance_is_tagged_and_terminates_on_shutdown(emulation: Ec2Emulation) -> None:
+    sub = Ec2Substrate(tags={"team": "rl"}, **emulation.substrate_params())
+    env = sub.create("launch-check")
+    try:
+        sub.wait_running(env, 60)
+        ec2 = _client(emulation, "ec2")
+        behaviour = ec2.describe_instance_attribute(
+            InstanceId=env.env_id, Attribute="instanceInitiatedShutdownBehavior"
+        )
+        assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        instance = ec2.describe_instances(InstanceIds=[env.env_id])["Reservations"][0]["Instances"][
+            0
+        ]
+        tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+        assert tags[LABEL] == "1" and tags["team"] == "rl"
+        assert tags[f"{LABEL}.run_id"] == "launch-check"
+        assert tags[f"{LABEL}.substrate"] == "ec2"
+        assert tags[f"{LABEL}.owner"].endswith(f":{os.getpid()}")
+        assert tags[f"{LABEL}.created_at"].startswith("20")
+        assert instance["ImageId"] == emulation.ami
+        assert instance["IamInstanceProfile"]["Arn"].endswith("/rtax-ssm")
+        assert instance["State"]["Name"] == "running"
+    finally:
+        sub.destroy(env, 60)
+    assert _state(emulation, env.env_id) == "terminated"
+    _wait_container_gone(emulation, env.env_id)
+
+
+def test_milestones_and_provenance(emulation: Ec2Emulation, store: Store) -> None:
+    sub = Ec2Substrate(**emulation.substrate_params())
+    row = _saved(store, run_rollout(sub, workloads.build("T0")))
+    assert row["status"] == "ok" and row["fidelity"] == "emulated"
+    names = [m["name"] for m in json.loads(row["milestones"])]
+    assert names == ["created", "running", "agent_online", "first_command", "terminated"]
+    described = sub.describe()
+    assert described["ami"] == emulation.ami and described["endpoint"] == emulation.url
+    assert set(described["client"]) == {"boto3", "botocore"}
+
+
+# -- failures, each through run_rollout and the store -----------------------------------------
+
+
+@pytest.mark.parametrize("code", ["InsufficientInstanceCapacity", "UnauthorizedOperation"])
+def test_create_refused_is_create_failed(
+    emulation: Ec2Emulation, fast: Ec2Substrate, store: Store, code: str
+) -> None:
+    emulation.refuse_run_instances(code)
+    row = _saved(store, run_rollout(fast, workloads.build("T0")))
+    assert (row["status"], row["error_class"]) == ("failed", "create_failed")
+    assert code in row["error_message"]
+    assert row["cleanup_ok"] is None  # nothing was launched
+    assert emulation.requests["ec2:RunInstances"] == 1  # a refusal is not retried
+
+
+def test_throttling_is_retried_then_succeeds(
+    emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
+) -> None:
+    emulation.throttle("RunInstances", times=2)
+    emulation.throttle("SendCommand", times=2, service="ssm")
+    emulation.throttle("GetCommandInvocation", times=1, service="ssm")
+    record = run_rollout(fast, workloads.build("T0"))
+    row = _saved(store, record)
+    assert row["status"] == "ok", row["error_message"]
+    assert emulation.requests["ec2:RunInstances"] == 3
+    assert emulation.requests["ssm:SendCommand"] == 2 + 2  # ready + action, 2 throttled
+    assert_clean(fast, record)
+
+
+@pytest.mark.parametrize(
+    ("action", "phase"), [("RunInstances", "create"), ("DescribeInstances", "orchestration")]
+)
+def test_persistent_ec2_throttling_is_rate_limited(
+    emulation: Ec2Emulation, fast: Ec2Substrate, store: Store, action: str, phase: str
+) -> None:
+    # throttled for every attempt of one call, then answered (so that cleanup can run)
+    emulation.throttle(action, times=fast.throttle_attempts)
+    row = _saved(store, run_rollout(fast, workloads.build("T0")))
+    assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
+    assert "RequestLimitExceeded" in row["error_message"]
+    assert f"after {fast.throttle_attempts} attempts" in row["error_message"]
+    assert row[f"{phase}_s"] is not None and row["ready_s"] is None
+    if action == "DescribeInstances":
+        assert row["cleanup_ok"] == 1
+        assert [lo for lo in fast.leftovers() if lo.run_id == row["run_id"]] == []
+    else:
+        assert row["cleanup_ok"] is None
+        assert emulation.requests["ec2:RunInstances"] == fast.throttle_attempts
+
+
+class _Before:
+    """Wraps a substrate; before its n-th command after the ready phase, calls `hook(env)`."""
+
+    def __init__(self, inner: Ec2Substrate, n: int, hook: Any) -> None:
+        self.inner, self.n, self.hook, self.calls = inner, n, hook, 0
+        self.name, self.kind, self.fidelity = inner.name, inner.kind, inner.fidelity
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        if env.handle.get("first_command"):  # ready: a first command succeeded
+            self.calls += 1
+            if self.calls == self.n:
+                self.hook(env)
+        return self.inner.run(env, command, timeout_s)
+
+
+def test_persistent_ssm_throttling_during_actions_is_rate_limited(
+    emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
+) -> None:
+    sub = _Before(fast, 1, lambda env: emulation.throttle("SendCommand", service="ssm"))
+    row = _saved(store, run_rollout(sub, workloads.build("T0")))
+    assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
+    assert "ThrottlingException" in row["error_message"]
+    assert emulation.requests["ssm:SendCommand"] == 1 + fast.throttle_attempts
+    assert row["cleanup_ok"] == 1
+
+
+def test_agent_never_online_is_ready_timeout(emulation: Ec2Emulation, store: Store) -> None:
+    fast = Ec2Substrate(agent_wait_s=0.2, **emulation.substrate_params())
+    emulation.agent_never_online()
+    record = run_rollout(fast, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=1.0))
+    row = _saved(store, record)
+    assert (row["status"], row["error_class"]) == ("failed", "ready_timeout")
+    assert "not online" in row["error_message"]
+    assert row["time_to_first_command_s"] is None and 1.0 <= row["wall_s"] < 10
+    assert emulation.requests["ssm:SendCommand"] == 0  # never sent to an offline agent
+    assert_clean(fast, record)
+    attempts = [a for a in record.actions if a["phase"] == "ready"]
+    assert len(attempts) >= 2 and not any(a["ok"] for a in attempts)  # each one kept
+    _wait_container_gone(emulation, _instance_id(emulation, record.run["run_id"]))
+
+
+def test_instance_terminated_mid_rollout_is_environment_lost(
+    emulation: Ec2Emulation, fast: Ec2Substrate, repo_source: RepoSource, store: Store
+) -> None:
+    ec2 = _client(emulation, "ec2")
+    sub = _Before(fast, 2, lambda env: ec2.terminate_instances(InstanceIds=[env.env_id]))
+    row = _saved(store, run_rollout(sub, workloads.build("T1")))
+    assert (row["status"], row["error_class"]) == ("failed", "environment_lost")
+    assert row["n_actions_done"] == 1
+    assert "terminated" in row["error_message"]
+    assert row["cleanup_ok"] == 1
+
+
+def test_no_answer_past_the_grace_is_cancelled_client_side(
+    emulation: Ec2Emulation, store: Store
+) -> None:
+    """SSM's executionTimeout is whole seconds (here 1 s); with a 0.2 s timeout and 0.1 s of
+    grace, the client gives up first: it cancels the command and reports a timeout."""
+    sub = Ec2Substrate(command_grace_s=0.1, poll_max_s=0.05, **emulation.substrate_params())
+    hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.2),))
+    row = _saved(store, run_rollout(sub, hang))
+    assert row["error_class"] == "action_timeout"
+    assert "cancelled" in row["error_message"]
+    assert 0.3 <= row["actions_s"] < 1.0
+    assert emulation.requests["ssm:CancelCommand"] == 1
+
+
+# -- SSM details ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def env(emulation: Ec2Emulation) -> Iterator[tuple[Ec2Substrate, Environment]]:
+    sub = Ec2Substrate(**emulation.substrate_params())
+    made = sub.create("ssm-details")
+    try:
+        sub.wait_running(made, 60)
+        sub.run(made, "true", 60)
+        yield sub, made
+    finally:
+        sub.destroy(made, 60)
+
+
+def test_outputs_are_cut_at_ssm_limits(env: tuple[Ec2Substrate, Environment]) -> None:
+    sub, made = env
+    result = sub.run(
+        made, "head -c 30000 /dev/zero | tr '\\0' o; head -c 9000 /dev/zero | tr '\\0' e >&2", 60
+    )
+    assert (result.stdout, result.stderr) == ("o" * STDOUT_LIMIT, "e" * STDERR_LIMIT)
+    assert result.exit_code == 0
+
+
+def test_workdir_and_multiline_commands(env: tuple[Ec2Substrate, Environment]) -> None:
+    sub, made = env
+    result = sub.run(made, 'pwd\nls -d attrs tools\necho "it\'s" | tr i I', 60)
+    assert result.stdout == "/work\nattrs\ntools\nIt's\n"
+
+
+def test_cancel_command_kills_the_process(
+    emulation: Ec2Emulation, env: tuple[Ec2Substrate, Environment]
+) -> None:
+    sub, made = env
+    ssm = _client(emulation, "ssm")
+    sent = ssm.send_command(
+        InstanceIds=[made.env_id],
+        DocumentName="AWS-RunShellScript",
+        Parameters={"commands": ["sleep 77"], "executionTimeout": ["60"]},
+    )["Command"]["CommandId"]
+    deadline = clock() + 30
+    while sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout != "1\n":
+        assert clock() < deadline, "the command never started"
+    assert ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"] == (
+        "InProgress"
+    )
+    ssm.cancel_command(CommandId=sent, InstanceIds=[made.env_id])
+    while (
+        status := ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"]
+    ) not in ("Cancelled", "Success", "Failed"):
+        assert clock() < deadline, status
+        threading.Event().wait(0.05)
+    assert status == "Cancelled"
+    assert sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout == "0\n"
+
+
+def test_failed_command_carries_the_agent_line_on_the_wire(
+    emulation: Ec2Emulation, env: tuple[Ec2Substrate, Environment]
+) -> None:
+    sub, made = env
+    ssm = _client(emulation, "ssm")
+    sent = ssm.send_command(
+        InstanceIds=[made.env_id],
+        DocumentName="AWS-RunShellScript",
+        Parameters={"commands": ["echo oops >&2; exit 3"]},
+    )["Command"]["CommandId"]
+    deadline = clock() + 30
+    while (inv := ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id))["Status"] in (
+        "Pending",
+        "InProgress",
+    ):
+        assert clock() < deadline
+        threading.Event().wait(0.02)
+    assert (inv["Status"], inv["ResponseCode"]) == ("Failed", 3)
+    assert inv["StandardErrorContent"] == "oops\nfailed to run commands: exit status 3"
+    assert sub.run(made, "echo oops >&2; exit 3", 30).stderr == "oops\n"  # stripped
+
+
+# -- leftovers --------------------------------------------------------------------------------
+
+
+def test_planted_leftover_is_listed_and_terminated(emulation: Ec2Emulation) -> None:
+    sub = Ec2Substrate(name="ec2-planted", **emulation.substrate_params())
+    other = Ec2Substrate(**emulation.substrate_params())
+    env = sub.create("planted-leftover")
+    sub.wait_running(env, 60)  # and never destroyed: a crashed run's instance
+    found = [lo for lo in sub.leftovers() if lo.run_id == "planted-leftover"]
+    assert [lo.env_id for lo in found] == [env.env_id]
+    assert found[0].owner and found[0].created_at
+    assert env.env_id not in [lo.env_id for lo in other.leftovers()]  # per substrate name
+    sub.remove_leftover(found[0])
+    assert _state(emulation, env.env_id) == "terminated"
+    assert [lo for lo in sub.leftovers() if lo.run_id == "planted-leftover"] == []
+    _wait_container_gone(emulation, env.env_id)
+
+
+# -- only the API endpoint is ever contacted --------------------------------------------------
+
+
+class _Connections:
+    """Every socket connection opened by one thread, via the interpreter's audit hook (the one
+    place every connect passes through, whichever library makes it)."""
+
+    installed = False
+    thread: int | None = None
+    seen: ClassVar[list[Any]] = []
+
+    @classmethod
+    def hook(cls, event: str, args: tuple[Any, ...]) -> None:
+        if event == "socket.connect" and threading.get_ident() == cls.thread:
+            cls.seen.append(args[1])
+
+    @classmethod
+    def record(cls) -> list[Any]:
+        if not cls.installed:
+            sys.addaudithook(cls.hook)
+            cls.installed = True
+        cls.seen = []
+        cls.thread = threading.get_ident()
+        return cls.seen
+
+    @classmethod
+    def stop(cls) -> None:
+        cls.thread = None
+
+
+def test_only_the_api_endpoint_is_contacted(
+    emulation: Ec2Emulation, repo_source: RepoSource
+) -> None:
+    sub = Ec2Substrate(**emulation.substrate_params())
+    seen = _Connections.record()
+    try:
+        record = run_rollout(sub, workloads.build("T2", source=repo_source))
+    finally:
+        _Connections.stop()
+    assert record.ok, record.run
+    assert seen, "the audit hook saw no connection at all"
+    assert {tuple(address) for address in seen} == {("127.0.0.1", emulation.port)}
+    # the instance had addresses (moto gives each one), and the host address was configured
+    instance = _client(emulation, "ec2").describe_instances(
+        Filters=[{"Name": f"tag:{LABEL}.run_id", "Values": [record.run["run_id"]]}]
+    )["Reservations"][0]["Instances"][0]
+    addresses = {instance.get("PrivateIpAddress"), sub.host_address()}
+    assert not addresses & {address[0] for address in seen}
+
+
+# -- credentials and configuration ------------------------------------------------------------
+
+
+def test_credentials_never_reach_store_describe_or_messages(
+    emulation: Ec2Emulation, store: Store, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sentinel_id, sentinel = "AKIARTAXSENTINEL0001", "rtax-sentinel-secret-value"
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", sentinel_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", sentinel)
+    params = {**emulation.substrate_params(), "fidelity": "real"}  # the default chain
+    real = Ec2Substrate(**params)
+    logged: list[str] = []
+    real.prepare(logged.append)
+    store.save_rollout(run_rollout(real, workloads.build("T0")))
+    emulation.refuse_run_instances("UnauthorizedOperation")
+    store.save_rollout(run_rollout(real, workloads.build("T0")))
+    emulated = Ec2Substrate(**emulation.substrate_params())
+    store.save_rollout(run_rollout(emulated, workloads.build("T0")))
+    store.close()
+    files = b"".join(p.read_bytes() for p in db_path.parent.glob(f"{db_path.name}*"))
+    kept = files + repr([real.describe(), emulated.describe(), logged]).encode()
+    for secret in (sentinel_id, sentinel, EMULATION_KEY_ID, EMULATION_KEY):
+        assert secret.encode() not in kept
+    assert b"UnauthorizedOperation" in files  # the failure itself was kept
+
+
+def test_no_parameter_is_named_like_a_secret_and_config_accepts_profile_env(
+    tmp_path: Path,
+) -> None:
+    names = set(inspect.signature(Ec2Substrate.__init__).parameters)
+    assert not [n for n in names if config._SECRET.search(n)]
+    entry = tomllib.loads(
+        """
+        [[substrates]]
+        name = "ec2-eu"
+        kind = "ec2"
+        [substrates.params]
+        region = "eu-west-1"
+        ami = "ami-0123456789abcdef0"
+        instance_type = "c7i.large"
+        subnet_id = "subnet-0abc"
+        security_group_ids = ["sg-0abc"]
+        instance_profile = "rtax-ssm"
+        host_address = "10.0.0.5"
+        profile_env = "AWS_PROFILE"
+        """
+    )
+    parsed = config.parse(entry, base=tmp_path)
+    assert parsed.substrates["ec2-eu"].params["profile_env"] == "AWS_PROFILE"
+
+
+def test_prepare_and_host_address_say_what_to_fix() -> None:
+    down = Ec2Substrate(
+        fidelity="emulated", endpoint="http://127.0.0.1:9", ami="ami-1", api_timeout_s=1
+    )
+    with pytest.raises(SubstrateError, match="does not answer"):
+        down.prepare(lambda message: None)
+    with pytest.raises(SubstrateError, match="host_address"):
+        down.host_address()
+    with pytest.raises(SubstrateError, match="`ami`"):
+        Ec2Substrate(fidelity="emulated", endpoint="http://127.0.0.1:9").prepare(print)
+    with pytest.raises(ValueError, match="fidelity"):
+        Ec2Substrate(fidelity="simulated")
+
+
+# -- the acceptance path, as a user types it --------------------------------------------------
+
+
+def test_rtax_emulate_ec2_then_probe_t2_stores_three_ok_runs(
+    tmp_path: Path, runner_image: str, attrs_fixture: Any, docker_api: Any
+) -> None:
+    """`rtax emulate ec2` in one process, `rtax probe --substrate ec2 --tier T2 --repeat 3` in
+    another: three successful emulated runs stored; Ctrl-C then removes every container."""
+    env = {
+        **os.environ,
+        "RTAX_DATA_DIR": str(tmp_path),
+        "RTAX_FIXTURES_DIR": str(attrs_fixture.root),
+    }
+    emulate = subprocess.Popen(
+        [sys.executable, "-m", "rtax", "emulate", "ec2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = clock() + 60
+        while not (tmp_path / "emulations.json").exists():
+            assert emulate.poll() is None and clock() < deadline, "rtax emulate did not publish"
+            threading.Event().wait(0.1)
+        db = tmp_path / "probe.db"
+        args = f"probe --substrate ec2 --tier T2 --repeat 3 --quiet --db {db}".split()
+        probe = subprocess.run(
+            [sys.executable, "-m", "rtax", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert probe.returncode == 0, probe.stderr
+        with Store(db, create=False) as store:
+            runs = store.runs()
+            actions = store.actions(phase="action")
+        tests = actions[actions["category"] == "test"]
+        assert list(runs["status"]) == ["ok"] * 3 and set(runs["fidelity"]) == {"emulated"}
+        assert set(runs["kind"]) == {"ec2"}
+        assert sorted(tests["exit_code"]) == [0, 0, 0, 1, 1, 1]  # failing, then fixed
+    finally:
+        emulate.send_signal(signal.SIGINT)
+        out, _ = emulate.communicate(timeout=120)
+    assert emulate.returncode == 130, out
+    left = docker_api.containers(all=True, filters={"label": "rtax.substrate=ec2-emulation"})
+    assert [c for c in left if c["Labels"].get("rtax.owner", "").endswith(f":{emulate.pid}")] == []
