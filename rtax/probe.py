@@ -194,8 +194,17 @@ class _Rollout:
         return result.exit_code, problem or ""
 
     def ready(self) -> None:
-        """Retry the no-op command until it succeeds or the ready timeout passes."""
-        deadline = self.now() + self.opt.ready_timeout_s
+        """Retry the no-op command until it succeeds or the ready timeout passes.
+
+        The phase is the whole span, back-off pauses included: waiting for the environment to
+        accept commands is exactly what it measures (the rows keep each attempt's latency)."""
+        start = self.now()
+        try:
+            self._ready_attempts(start + self.opt.ready_timeout_s)
+        finally:
+            self.phases["ready"] = self.now() - start
+
+    def _ready_attempts(self, deadline: float) -> None:
         attempt = 0
         while True:
             try:
@@ -206,7 +215,13 @@ class _Rollout:
             except (DeadlineExceeded, ReadyTimeout):
                 raise
             except SubstrateError as exc:
-                if exc.permanent or exc.error_class in ("environment_lost", "action_timeout"):
+                # A substrate that already retried a rate limit with back-off and gave up
+                # has answered for good, as has an environment that is gone.
+                if exc.permanent or exc.error_class in (
+                    "environment_lost",
+                    "action_timeout",
+                    "rate_limited",
+                ):
                     raise
                 last = str(exc)
             attempt += 1

@@ -196,3 +196,32 @@ def test_cli_killed_mid_rollout_leaves_no_partial_rows(
         assert b"Traceback" not in err
         # the rollout in progress was cleaned up; SIGKILL leaves it for the reaper
         assert LocalSubstrate(root=envs).leftovers() == []
+
+
+class _SlowToAccept(LocalSubstrate):
+    """Refuses its first commands, as a starting environment does (an agent not online yet)."""
+
+    def __init__(self, refusals: int, **kw) -> None:
+        super().__init__(**kw)
+        self.refusals = refusals
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        if self.refusals > 0:
+            self.refusals -= 1
+            from rtax.substrates.base import ExecError
+
+            raise ExecError("not accepting commands yet")
+        return super().run(env, command, timeout_s)
+
+
+def test_ready_is_the_whole_wait_back_off_included(tmp_path: Path, attrs_fixture) -> None:
+    """The back-off between refused ready attempts is part of the ready phase (it is what the
+    phase measures), never the harness's overhead; every attempt is still its own row."""
+    sub = _SlowToAccept(4, root=tmp_path / "envs", template=attrs_fixture.template)
+    record = run_rollout(sub, workloads.build("T0"))
+    assert record.ok, record.run
+    assert_phases_add_up(record)  # overhead stays within 1 ms + 1% of the wall time
+    attempts = [a for a in record.actions if a["phase"] == "ready"]
+    assert [a["ok"] for a in attempts] == [0, 0, 0, 0, 1]
+    # back-off of 10, 20, 40, 80 ms between the five attempts, all inside the phase
+    assert record.run["ready_s"] >= 0.15 + sum(a["latency_s"] for a in attempts)

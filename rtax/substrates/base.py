@@ -19,6 +19,7 @@ environment reaches this host) and `remove_leftover` (for `rtax reap`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,6 +132,33 @@ class EnvironmentLost(SubstrateError):
 
 class CleanupFailed(SubstrateError):
     error_class = "cleanup_failed"
+
+
+def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a substrate method so that any exception leaves it with every secret the
+    substrate holds (its ``_secrets()``) replaced by ``***`` in its message.
+
+    Why at the boundary: an error's text is what reaches the run row, the logs and the CSVs,
+    and it is often written by the far side (an API that echoes a bad token back in its
+    refusal); redacting where the exception leaves the substrate covers every path at once."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            secrets = [s for s in self._secrets() if s]
+            if secrets:
+                exc.args = tuple(_redact(a, secrets) if isinstance(a, str) else a for a in exc.args)
+            raise
+
+    return wrapper
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 @runtime_checkable

@@ -74,6 +74,7 @@ from rtax.substrates.base import (
     ReadyTimeout,
     SubstrateError,
     clock,
+    redacting,
 )
 
 #: Exit status of coreutils `timeout` when it had to stop the command.
@@ -225,6 +226,15 @@ class KubernetesSubstrate:
         cfg.retries = 0  # no silent retries inside a measured call: ours are explicit
         return cfg
 
+    def _secrets(self) -> list[str]:
+        """What `redacting` keeps out of every error message: the credentials the client
+        configuration holds (a bearer token, with or without its prefix; a password)."""
+        values = [str(v) for v in (self._cfg.api_key or {}).values() if v]
+        values += [v.split(" ", 1)[1] for v in values if v.startswith("Bearer ")]
+        if self._cfg.password:
+            values.append(str(self._cfg.password))
+        return values
+
     # -- calls: retries on 429, classification ---------------------------------------------------
 
     def _call(
@@ -344,6 +354,7 @@ class KubernetesSubstrate:
             "spec": spec,
         }
 
+    @redacting
     def create(self, run_id: str) -> Environment:
         name = _dns_token(f"rtax-{run_id}")
         body = self._manifest(name, run_id)
@@ -371,6 +382,7 @@ class KubernetesSubstrate:
         env.mark("created")
         return env
 
+    @redacting
     def wait_running(self, env: Environment, timeout_s: float) -> None:
         if self.watch_events:
             self._start_event_watch(env, timeout_s)
@@ -530,6 +542,7 @@ class KubernetesSubstrate:
                 resp.shutdown()  # unblock the reader; the thread then ends
         thread.join(timeout=5)
 
+    @redacting
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         k8s = _k8s()
         t0 = clock()
@@ -679,6 +692,7 @@ class KubernetesSubstrate:
             missing_ok=True,
         )
 
+    @redacting
     def destroy(self, env: Environment, timeout_s: float) -> None:
         self._stop_event_watch(env)
         self._delete_and_wait(env.env_id, timeout_s)
@@ -732,6 +746,7 @@ class KubernetesSubstrate:
                 name, self.namespace, grace_period_seconds=0, _request_timeout=self.api_timeout_s
             )
 
+    @redacting
     def leftovers(self) -> list[Leftover]:
         """Pods of this substrate name carrying the rtax label, in `namespace`."""
         found = self._plain(
@@ -758,10 +773,12 @@ class KubernetesSubstrate:
             )
         return result
 
+    @redacting
     def remove_leftover(self, leftover: Leftover) -> None:
         """Delete a leftover pod and wait until it is gone (the reaper's backstop)."""
         self._delete_and_wait(leftover.env_id, 120)
 
+    @redacting
     def prepare(self, log: Callable[[str], None]) -> None:
         """Check that the API answers and that pods can be listed in `namespace`."""
         try:
