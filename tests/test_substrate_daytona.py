@@ -5,9 +5,11 @@ readiness through the socket.io event, and the API key kept out of everything st
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shlex
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,6 +272,32 @@ def test_sandbox_not_started_in_time_is_ready_timeout(
     assert_clean(daytona_exec, record)
 
 
+def test_start_wait_from_a_worker_thread(
+    emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate
+) -> None:
+    """The scheduler runs rollouts in worker threads, where the SDK can't use SIGALRM and
+    times out by raising into the thread instead: both outcomes must still be classified."""
+    records = {}
+
+    def rollout(tag: str, running_timeout_s: float) -> None:
+        options = ProbeOptions(running_timeout_s=running_timeout_s)
+        records[tag] = run_rollout(daytona_exec, workloads.build("T0"), options=options)
+
+    emulation.start_delay_s = 2.0
+    try:
+        for tag, timeout in (("late", 0.5), ("in-time", 30.0)):
+            worker = threading.Thread(target=rollout, args=(tag, timeout))
+            worker.start()
+            worker.join(60)
+            assert not worker.is_alive()
+    finally:
+        emulation.start_delay_s = 0.0
+    late, in_time = records["late"].run, records["in-time"].run
+    assert (late["status"], late["error_class"]) == ("failed", "ready_timeout"), late
+    assert late["orchestration_s"] < 2.0 and late["cleanup_ok"] == 1
+    assert in_time["status"] == "ok" and in_time["orchestration_s"] >= 2.0, in_time
+
+
 # -- leftovers ------------------------------------------------------------------------------------
 
 
@@ -353,7 +381,7 @@ def test_configuration_errors_are_clear(emulation: DaytonaEmulation, monkeypatch
 def test_describe_is_provenance(daytona_session: DaytonaSubstrate) -> None:
     described = daytona_session.describe()
     assert described["mode"] == "session" and described["fidelity"] == "emulated"
-    assert described["client"]["daytona"] == "0.226.1"
+    assert described["client"]["daytona"] == importlib.metadata.version("daytona")
     assert described["endpoint"].startswith("http://127.0.0.1:")
 
 

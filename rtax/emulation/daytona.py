@@ -427,7 +427,8 @@ class DaytonaEmulation:
     def _find(self, ref: str) -> _Sandbox:
         sandbox = self.sandboxes.get(ref)
         if sandbox is None:
-            sandbox = next((s for s in self.sandboxes.values() if s.name == ref), None)
+            # list(): provisioning and deletion threads change the dict meanwhile
+            sandbox = next((s for s in list(self.sandboxes.values()) if s.name == ref), None)
         if sandbox is None:
             raise _HttpError(404, f"Sandbox with ID or name {ref} not found")
         return sandbox
@@ -447,7 +448,7 @@ class DaytonaEmulation:
             image = self.image
         sandbox_id = str(uuid.uuid4())
         name = body.get("name") or sandbox_id
-        if any(s.name == name for s in self.sandboxes.values()):
+        if any(s.name == name for s in list(self.sandboxes.values())):
             raise _HttpError(409, f"Sandbox with name {name} already exists")
         sandbox = _Sandbox(id=sandbox_id, name=name, body=body, image=image)
         self.ids_by_name[name] = sandbox_id
@@ -466,6 +467,8 @@ class DaytonaEmulation:
                 return  # deleted before it started
             if self.start_delay_s:
                 threading.Event().wait(self.start_delay_s)  # modelled provisioning time
+            if sandbox.state != "creating":
+                return  # deleted while provisioning: it must not come back as started
             if fail is not None:
                 sandbox.error_reason = fail
                 self._transition(sandbox, "error")
@@ -483,7 +486,8 @@ class DaytonaEmulation:
                 sandbox.error_reason = f"{type(exc).__name__}: {exc}"
                 self._transition(sandbox, "error")
                 return
-            self._transition(sandbox, "started")
+            if sandbox.state == "creating":  # not deleted while its container was made
+                self._transition(sandbox, "started")
 
     def _list(self, path: dict, query: dict, body: Any) -> tuple[int, Any]:
         wanted = json.loads(query["labels"]) if query.get("labels") else {}

@@ -48,6 +48,7 @@ import re
 import secrets
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -79,6 +80,9 @@ _KILL_GRACE_S = 1.0
 _DEAD_STATES = ("error", "build_failed", "destroyed", "destroying", "stopped", "stopping",
                 "archived", "archiving")  # fmt: skip
 _DEFAULT_API_URL = "https://app.daytona.io/api"
+#: (api_url, target, key) -> [SDK client, substrates using it]; see `DaytonaSubstrate.client`.
+_CLIENTS: dict[tuple[str, str | None, str], list[Any]] = {}
+_CLIENTS_LOCK = threading.Lock()
 
 
 class DaytonaSubstrate:
@@ -134,6 +138,7 @@ class DaytonaSubstrate:
         self.backoff_s = backoff_s
         self._api_key = api_key
         self._client: Any = None
+        self._client_ident: tuple[str, str | None, str] | None = None
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
         self._nonce = "__rtax_" + secrets.token_hex(8)
         self._marker = re.compile(rf"\n{self._nonce} rc (\d+)\n")
@@ -149,26 +154,49 @@ class DaytonaSubstrate:
         return key
 
     def client(self) -> Any:
-        """The SDK's `Daytona` client (it opens the socket.io event connection)."""
+        """The SDK's `Daytona` client, shared by every substrate of the same endpoint, target
+        and key in this process: the scheduler makes a substrate per rollout, and a client per
+        rollout would put the SDK's construction inside the timed create and open one more
+        socket.io connection each time. Its event connection is (re)started here, before any
+        create, so that a start event can't be missed while it connects."""
         if self._client is None:
             from daytona import Daytona, DaytonaConfig
 
-            config = DaytonaConfig(api_key=self._key(), api_url=self.api_url, target=self.target)
-            self._client = Daytona(config)
+            key = self._key()
+            ident = (self.api_url, self.target, key)
+            with _CLIENTS_LOCK:
+                entry = _CLIENTS.get(ident)
+                if entry is None:
+                    config = DaytonaConfig(api_key=key, api_url=self.api_url, target=self.target)
+                    entry = _CLIENTS[ident] = [Daytona(config), 0]
+                entry[1] += 1
+            self._client, self._client_ident = entry[0], ident
+        dispatcher = getattr(self._client, "_event_dispatcher", None)
+        if dispatcher is not None:
+            dispatcher.ensure_connected()  # non-blocking; after an idle disconnect, reconnects
         return self._client
 
     def close(self) -> None:
-        """Close the SDK's event connection (it would otherwise reconnect forever)."""
-        if self._client is not None:
-            dispatcher = getattr(self._client, "_event_dispatcher", None)
-            if dispatcher is not None:
-                # A connect still in progress races engine.io's disconnect: let it finish.
-                connecting = getattr(dispatcher, "_bg_thread", None)
-                if connecting is not None:
-                    connecting.join(timeout=10)
-                with contextlib.suppress(Exception):  # best effort: closing, not measuring
-                    dispatcher.disconnect()
-            self._client = None
+        """Release the shared client; the last user closes the SDK's event connection (it
+        would otherwise reconnect forever)."""
+        if self._client is None:
+            return
+        with _CLIENTS_LOCK:
+            entry = _CLIENTS.get(self._client_ident)
+            last = entry is not None and entry[0] is self._client and entry[1] <= 1
+            if entry is not None and entry[0] is self._client:
+                entry[1] -= 1
+                if last:
+                    del _CLIENTS[self._client_ident]
+        dispatcher = getattr(self._client, "_event_dispatcher", None)
+        self._client = None
+        if last and dispatcher is not None:
+            # A connect still in progress races engine.io's disconnect: let it finish.
+            connecting = getattr(dispatcher, "_bg_thread", None)
+            if connecting is not None:
+                connecting.join(timeout=10)
+            with contextlib.suppress(Exception):  # best effort: closing, not measuring
+                dispatcher.disconnect()
 
     def _scrub(self, text: str) -> str:
         """A message with the API key removed, whatever produced it."""
@@ -262,6 +290,7 @@ class DaytonaSubstrate:
         return env
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:
+        from daytona._utils.timeout import _TimeoutMarker
         from daytona.common.errors import DaytonaTimeoutError
 
         sandbox = env.handle["sandbox"]
@@ -274,7 +303,10 @@ class DaytonaSubstrate:
             )
         except SubstrateError:
             raise
-        except DaytonaTimeoutError as exc:
+        except (DaytonaTimeoutError, _TimeoutMarker) as exc:
+            # Off the main thread the SDK times out by raising _TimeoutMarker into this thread
+            # (PyThreadState_SetAsyncExc); if the start lands just as the timer fires, the raw
+            # marker (a BaseException) can escape the SDK's own conversion.
             raise ReadyTimeout(f"sandbox not started after {timeout_s:g} s") from exc
         except Exception as exc:
             if _status(exc) == 404:
