@@ -174,9 +174,9 @@ def test_page_renders(browser, server: str, artifacts: Path, path: str) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1600})
     try:
         page.goto(f"{server}/{path}")
-        page.get_by_role("heading", name=title, level=1).wait_for(timeout=30_000)
+        page.get_by_role("heading", name=title, level=1).wait_for(timeout=60_000)
         if charts:
-            page.locator(".js-plotly-plot").nth(charts - 1).wait_for(timeout=30_000)
+            page.locator(".js-plotly-plot").nth(charts - 1).wait_for(timeout=60_000)
         page.wait_for_load_state("networkidle")
         name = path or "overview"
         page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
@@ -190,14 +190,14 @@ def test_filter_survives_navigation(browser, server: str) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1200})
     try:
         page.goto(server)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=30_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=60_000)
         tiers = page.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
         tiers.locator("input").click()
         page.get_by_role("option", name="T2").click()
         page.keyboard.press("Escape")
         page.get_by_text("tiers: T2").wait_for(timeout=15_000)
         page.get_by_role("link", name="Decomposition").click()
-        page.get_by_role("heading", name="Decomposition", level=1).wait_for(timeout=30_000)
+        page.get_by_role("heading", name="Decomposition", level=1).wait_for(timeout=60_000)
         assert tiers.get_by_text("T2").count() >= 1  # the chip is still there
         page.get_by_role("link", name="Overview").click()
         page.get_by_text("tiers: T2").wait_for(timeout=15_000)
@@ -210,8 +210,8 @@ def test_download_csv(browser, server: str, seeded_db: Path, tmp_path: Path) -> 
     try:
         page.goto(f"{server}/data")
         button = page.get_by_role("button", name="Download runs (CSV)")
-        button.wait_for(timeout=30_000)
-        with page.expect_download(timeout=30_000) as info:
+        button.wait_for(timeout=60_000)
+        with page.expect_download(timeout=60_000) as info:
             button.click()
         target = tmp_path / "runs.csv"
         info.value.save_as(target)

@@ -216,7 +216,10 @@ def test_data_page_downloads(seeded: Path, monkeypatch) -> None:
 def test_window_filter(seeded: Path) -> None:
     st.cache_data.clear()
     everything = data.runs(str(seeded), (None, (), (), ()))
-    recent = data.runs(str(seeded), (600, (), (), ()))  # the seeded runs are a minute apart
+    # The seeded runs are a minute apart, counted back from NOW (module import, maybe minutes
+    # ago in a long suite): a window reaching 10 minutes before NOW holds about 10 of them.
+    since_seeding = (datetime.now(UTC) - NOW).total_seconds()
+    recent = data.runs(str(seeded), (int(600 + since_seeding), (), (), ()))
     assert 0 < len(recent) < len(everything)
     assert math.isclose(len(recent), 10, abs_tol=1)
 

@@ -538,3 +538,73 @@ def test_rtax_emulate_ec2_then_probe_t2_stores_three_ok_runs(
     assert emulate.returncode == 130, out
     left = docker_api.containers(all=True, filters={"label": "rtax.substrate=ec2-emulation"})
     assert [c for c in left if c["Labels"].get("rtax.owner", "").endswith(f":{emulate.pid}")] == []
+
+
+# -- real AWS's eventual consistency (botocore's Stubber: the service models, no network) ------
+
+
+def test_invocation_not_yet_visible_after_send_command_is_polled_again(
+    emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
+) -> None:
+    emulation.invocations_not_yet_visible(3)
+    row = _saved(store, run_rollout(fast, workloads.build("T0")))
+    assert row["status"] == "ok", row["error_message"]
+    assert emulation.requests["ssm:GetCommandInvocation"] >= 3 + 2  # ready + action
+
+
+def _stubbed() -> tuple[Ec2Substrate, Any, Any]:
+    from botocore.stub import Stubber
+
+    sub = Ec2Substrate(
+        fidelity="emulated", endpoint="http://127.0.0.1:9", ami="ami-1", poll_max_s=0.01
+    )
+    ec2, ssm = Stubber(sub.ec2), Stubber(sub.ssm)
+    ec2.activate()
+    ssm.activate()
+    return sub, ec2, ssm
+
+
+_COMMAND_ID = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+def _instances(state: str) -> dict[str, Any]:
+    return {"Reservations": [{"Instances": [{"InstanceId": "i-1", "State": {"Name": state}}]}]}
+
+
+def test_an_instance_not_visible_yet_is_waited_for_not_failed() -> None:
+    """Right after RunInstances, EC2 may answer InvalidInstanceID.NotFound for a while."""
+    sub, ec2, _ = _stubbed()
+    ec2.add_client_error("describe_instances", "InvalidInstanceID.NotFound")
+    ec2.add_response("describe_instances", _instances("pending"))
+    ec2.add_response("describe_instances", _instances("running"))
+    env = Environment("i-1", "r")
+    sub.wait_running(env, 10)
+    assert [m.name for m in env.milestones] == ["running"]
+    ec2.assert_no_pending_responses()
+
+
+def test_terminate_of_an_instance_not_visible_yet_is_retried() -> None:
+    sub, ec2, _ = _stubbed()
+    ec2.add_client_error("terminate_instances", "InvalidInstanceID.NotFound")
+    ec2.add_response("terminate_instances", {}, {"InstanceIds": ["i-1"]})
+    ec2.add_response("describe_instances", _instances("shutting-down"))
+    ec2.add_response("describe_instances", _instances("terminated"))
+    sub.destroy(Environment("i-1", "r"), 10)
+    ec2.assert_no_pending_responses()
+
+
+def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() -> None:
+    from rtax.substrates.base import EnvironmentLost
+
+    sub, ec2, ssm = _stubbed()
+    env = Environment("i-1", "r", handle={"agent_online": True})
+    ssm.add_response("send_command", {"Command": {"CommandId": _COMMAND_ID}})
+    ssm.add_client_error("get_command_invocation", "InvocationDoesNotExist")
+    ssm.add_response(
+        "get_command_invocation",
+        {"Status": "Failed", "StatusDetails": "Undeliverable", "ResponseCode": -1},
+    )
+    ec2.add_response("describe_instances", _instances("terminated"))
+    with pytest.raises(EnvironmentLost, match="terminated"):
+        sub.run(env, "true", 10)
+    ssm.assert_no_pending_responses()

@@ -22,8 +22,9 @@ commands. So one front server on 127.0.0.1 is the ``endpoint_url`` of both clien
   phase is the container's start. TerminateInstances removes the container. StopInstances,
   reboots, spot interruptions and instance status checks are not modelled.
 - **Faults**, injected from Python: RunInstances refused (`refuse_run_instances`), throttling of
-  any EC2 action or SSM target N times or always (`throttle`), instances whose agent never comes
-  online (`agent_never_online`).
+  any EC2 action or SSM target N times or always (`throttle`), invocations that SSM does not
+  know yet right after SendCommand (`invocations_not_yet_visible`), instances whose agent never
+  comes online (`agent_never_online`).
 
 moto keeps its state per process, so one Ec2Emulation at a time per process; `start` resets it.
 Samples taken through this are fidelity ``emulated``: the API is local, the commands run in this
@@ -58,6 +59,9 @@ ACCOUNT = "123456789012"
 INSTANCE_PROFILE = "rtax-ssm"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"}
 _INSTANCE_ID = re.compile(r"<instanceId>(i-[0-9a-f]+)</instanceId>")
+#: Status and StatusDetails of an invocation the agent never ran ("Undeliverable" is a
+#: StatusDetails value only: GetCommandInvocation's Status has no such value).
+_UNDELIVERED = ("Failed", "Undeliverable")
 _FAKE_KEYS = {"aws_access_key_id": "rtax-emulated", "aws_secret_access_key": "rtax-emulated"}
 
 
@@ -223,6 +227,11 @@ class Ec2Emulation:
             fault = Fault(400, "ThrottlingException", "Rate exceeded", times)
         self._faults[f"{service}:{action}"] = fault
 
+    def invocations_not_yet_visible(self, times: int) -> None:
+        """GetCommandInvocation answers InvocationDoesNotExist `times` times, as real SSM does
+        for a short while after SendCommand."""
+        self._faults["ssm:GetCommandInvocation"] = Fault(400, "InvocationDoesNotExist", "", times)
+
     def agent_never_online(self, count: int = 1) -> None:
         """The next `count` instances launched never get an SSM agent online."""
         self._never_online += count
@@ -308,6 +317,8 @@ class Ec2Emulation:
 
     def _launch(self, instance_id: str) -> None:
         with self._lock:
+            if instance_id in self._instances:  # a RunInstances repeated with its ClientToken
+                return
             never = self._never_online > 0
             if never:
                 self._never_online -= 1
@@ -427,7 +438,8 @@ class Ec2Emulation:
             instance = self._instances.get(inv.instance_id)
             env = instance.env if instance else None
             if inv.cancelled or env is None:
-                inv.status = inv.details = "Cancelled" if inv.cancelled else "Undeliverable"
+                inv.status, inv.details = ("Cancelled",) * 2 if inv.cancelled else _UNDELIVERED
+                inv.ended = datetime.now(UTC)
                 return
             inv.status, inv.details = "InProgress", "InProgress"
             inv.started = datetime.now(UTC)
@@ -439,7 +451,7 @@ class Ec2Emulation:
             self._finish(inv, "TimedOut", "ExecutionTimedOut", 124, "", "")
             return
         except EnvironmentLost:
-            self._finish(inv, "Undeliverable", "Undeliverable", -1, "", "")
+            self._finish(inv, *_UNDELIVERED, -1, "", "")
             return
         except SubstrateError as exc:
             self._finish(inv, "Failed", "Failed", -1, "", str(exc))

@@ -87,9 +87,14 @@ THROTTLE_STATUS = frozenset({429, 503})
 EMULATION_KEY_ID = "rtax-emulated-key-id"
 EMULATION_KEY = "rtax-emulated-not-a-secret"
 #: Instance states in which an instance still exists (and still costs, or will).
+#: How long a just-launched instance may stay invisible to the API (eventual consistency).
+_VISIBLE_WITHIN_S = 30.0
 _ALIVE = ("pending", "running", "stopping", "stopped", "shutting-down")
 _GONE = ("shutting-down", "terminated")
-_FINAL = ("Success", "Failed", "TimedOut", "Cancelled", "Undeliverable", "Terminated")
+#: GetCommandInvocation's terminal `Status` values (botocore's CommandInvocationStatus);
+#: Undeliverable and Terminated are `StatusDetails` only (with a terminal Status).
+_FINAL = ("Success", "Failed", "TimedOut", "Cancelled")
+_NOT_RUN = ("Undeliverable", "Terminated")
 #: SSM answers that no retry changes (permissions, an unknown document).
 _REFUSALS = frozenset({"AccessDeniedException", "InvalidDocument", "UnauthorizedOperation"})
 _AGENT_SUFFIX = re.compile(r"failed to run commands: exit status -?\d+\n?\Z")
@@ -278,10 +283,12 @@ class Ec2Substrate:
             raise CreateFailed(f"RunInstances refused: {_message(exc)}") from exc
         except errors.NoCredentialsError as exc:
             raise CreateFailed(_NO_CREDENTIALS) from exc
+        except RateLimited:
+            raise  # every attempt was answered "slow down": nothing was launched
         except BaseException as exc:
             # The instance may have been launched before the answer was lost (a transport
-            # timeout, Ctrl-C): find it by its run id tag and terminate it.
-            self._terminate_by_run_id(run_id)
+            # timeout, Ctrl-C): recover its id through the ClientToken and terminate it.
+            self._terminate_lost_launch(request, run_id)
             if isinstance(exc, _transport_errors()):
                 raise CreateTimeout(f"RunInstances: {exc}") from exc
             raise
@@ -301,13 +308,16 @@ class Ec2Substrate:
                 if state == "running":
                     env.mark("running")
                     return
-                if instance is None or state in _GONE:
+                # None: not visible yet. EC2 is eventually consistent, and DescribeInstances may
+                # answer InvalidInstanceID.NotFound for a while after RunInstances; a failed
+                # launch stays visible as shutting-down/terminated with its reason.
+                if state in _GONE:
                     reason = (instance or {}).get("StateReason", {}).get("Message", "gone")
-                    raise CreateFailed(
-                        f"instance {env.env_id} {state or 'vanished'} at launch: {reason}"
-                    )
+                    raise CreateFailed(f"instance {env.env_id} {state} at launch: {reason}")
                 if clock() >= deadline:
-                    raise ReadyTimeout(f"instance {env.env_id} not running after {timeout_s:g} s")
+                    raise ReadyTimeout(
+                        f"instance {env.env_id} {state or 'not visible'} after {timeout_s:g} s"
+                    )
                 time.sleep(min(delay, max(deadline - clock(), 0)))  # polling with a deadline
                 delay = min(delay * 2, self.poll_max_s)
         except errors.ClientError as exc:
@@ -398,6 +408,7 @@ class Ec2Substrate:
                 break
             if clock() >= deadline:
                 self._cancel(command_id, env.env_id)
+                self._lost_or_not(env)  # a terminated instance's command never finishes
                 raise CommandTimeout(
                     f"no result {timeout_s + self.command_grace_s:.3g} s after sending "
                     f"(status {status}); cancelled"
@@ -408,10 +419,11 @@ class Ec2Substrate:
             if "deliver" in details.lower():
                 self._check_alive(env)
                 raise ExecError(f"command not delivered to {env.env_id} ({details})")
+            self._lost_or_not(env)
             raise CommandTimeout(f"killed after {timeout_s:.3g} s ({details or status})")
-        if status in ("Cancelled", "Undeliverable", "Terminated"):
+        if status == "Cancelled" or details in _NOT_RUN:
             self._check_alive(env)
-            raise ExecError(f"command {status.lower()} ({details})")
+            raise ExecError(f"command {status} ({details})")
         code = int(inv.get("ResponseCode", -1))
         if code < 0:
             raise ExecError(f"command {status} without an exit code ({details})")
@@ -424,6 +436,16 @@ class Ec2Substrate:
         """Best effort: the command is already being given up on."""
         with contextlib.suppress(Exception):  # a failed cancel must not hide the timeout
             self._call(self.ssm, "cancel_command", CommandId=command_id, InstanceIds=[instance_id])
+
+    def _lost_or_not(self, env: Environment) -> None:
+        """`EnvironmentLost` if the instance is gone; any other failure to tell is ignored, so
+        that the caller's own error (a timeout) stands."""
+        try:
+            self._check_alive(env)
+        except EnvironmentLost:
+            raise
+        except (SubstrateError, *_client_and_transport_errors()):
+            pass
 
     def _check_alive(self, env: Environment) -> None:
         """Raise `EnvironmentLost` if the instance is gone or going."""
@@ -452,12 +474,22 @@ class Ec2Substrate:
     def _terminate_and_wait(self, instance_id: str, timeout_s: float) -> None:
         errors = _botocore_exceptions()
         deadline = clock() + timeout_s
+        unseen_until = min(deadline, clock() + _VISIBLE_WITHIN_S)
+        delay = 0.05
         try:
-            try:
-                self._call(self.ec2, "terminate_instances", InstanceIds=[instance_id])
-            except errors.ClientError as exc:
-                if _code(exc) != "InvalidInstanceID.NotFound":
-                    raise
+            while True:
+                try:
+                    self._call(self.ec2, "terminate_instances", InstanceIds=[instance_id])
+                    break
+                except errors.ClientError as exc:
+                    if _code(exc) != "InvalidInstanceID.NotFound":
+                        raise
+                # Not found: not visible yet (just launched: EC2 is eventually consistent), or
+                # terminated so long ago that EC2 forgot it (about an hour).
+                if clock() >= unseen_until:
+                    return
+                time.sleep(min(delay, max(unseen_until - clock(), 0)))
+                delay = min(delay * 2, self.poll_max_s)
             delay = 0.05
             while True:
                 instance = self._describe(instance_id)
@@ -474,9 +506,17 @@ class Ec2Substrate:
             text = _message(exc) if isinstance(exc, errors.ClientError) else str(exc)
             raise CleanupFailed(f"terminate {instance_id}: {text}") from exc
 
-    def _terminate_by_run_id(self, run_id: str) -> None:
-        """Best effort after a lost RunInstances answer: terminate what carries this run id."""
+    def _terminate_lost_launch(self, request: dict[str, Any], run_id: str) -> None:
+        """Best effort after a lost RunInstances answer. The same request with the same
+        ClientToken is idempotent: it answers the instance the lost request launched (or
+        launches one if it never arrived), which is then terminated. The search by run id tag
+        is the fallback only: DescribeInstances may not show a new instance for a while."""
         with contextlib.suppress(Exception):  # the original failure is what the row reports
+            answer = self._call(self.ec2, "run_instances", **request)
+            ids = [i["InstanceId"] for i in answer.get("Instances") or []]
+            self._call(self.ec2, "terminate_instances", InstanceIds=ids)
+            return
+        with contextlib.suppress(Exception):
             for leftover in self._find([{"Name": f"tag:{LABEL}.run_id", "Values": [run_id]}]):
                 self._call(self.ec2, "terminate_instances", InstanceIds=[leftover.env_id])
 
@@ -552,8 +592,8 @@ class Ec2Substrate:
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "endpoint": self.endpoint or f"https://ec2.{self.region}.amazonaws.com",
-            "ssm_endpoint": self.endpoint or f"https://ssm.{self.region}.amazonaws.com",
+            "endpoint": self.ec2.meta.endpoint_url,
+            "ssm_endpoint": self.ssm.meta.endpoint_url,
             "region": self.region,
             "image": self.ami,
             "ami": self.ami,
@@ -566,6 +606,16 @@ class Ec2Substrate:
             "workdir": self.workdir,
             "fidelity": self.fidelity,
             "actions": "ssm:AWS-RunShellScript",
+            # polling granularity and waits are part of every figure taken
+            "poll_max_s": self.poll_max_s,
+            "agent_wait_s": self.agent_wait_s,
+            "command_grace_s": self.command_grace_s,
+            "api_timeout_s": self.api_timeout_s,
+            "throttle": {
+                "attempts": self.throttle_attempts,
+                "backoff_s": self.throttle_backoff_s,
+                "deadline_s": self.throttle_deadline_s,
+            },
             "client": {
                 "boto3": metadata.version("boto3"),
                 "botocore": metadata.version("botocore"),
@@ -577,6 +627,10 @@ _NO_CREDENTIALS = (
     "no AWS credentials found: set the environment (AWS_ACCESS_KEY_ID/AWS_PROFILE), "
     "the ec2 substrate's `profile` parameter, or run on an instance with a role"
 )
+
+
+def _client_and_transport_errors() -> tuple[type[BaseException], ...]:
+    return (_botocore_exceptions().ClientError, *_transport_errors())
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
