@@ -95,11 +95,13 @@ def _poll(predicate, timeout_s: float, what: str):
     raise AssertionError(f"{what} did not happen within {timeout_s} s")
 
 
-def test_rtax_emulate_then_probe_stores_emulated_runs(
-    tmp_path: Path, runner_image: str, attrs_fixture, docker_api
+@pytest.mark.parametrize("kind", ["kubernetes", "ec2", "daytona"])
+def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
+    kind: str, tmp_path: Path, runner_image: str, attrs_fixture, docker_api
 ) -> None:
-    """The acceptance path end to end, as a user types it: `rtax emulate kubernetes` in one
-    process, `rtax probe --substrate kubernetes` in another; Ctrl-C then removes everything."""
+    """The acceptance path as a user types it: `rtax emulate KIND` in one process,
+    `rtax probe --substrate KIND --tier T2 --repeat 3` in another, three successful runs labelled
+    emulated (the failing test fails, then passes after the fix); Ctrl-C removes everything."""
     import signal
 
     from rtax.store import Store
@@ -110,7 +112,7 @@ def test_rtax_emulate_then_probe_stores_emulated_runs(
         "RTAX_FIXTURES_DIR": str(attrs_fixture.root),
     }
     emulate = subprocess.Popen(
-        [sys.executable, "-m", "rtax", "emulate", "kubernetes"],
+        [sys.executable, "-m", "rtax", "emulate", kind],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -118,40 +120,32 @@ def test_rtax_emulate_then_probe_stores_emulated_runs(
     )
     try:
         state = tmp_path / "emulations.json"
-        _poll(lambda: state.exists(), 60, "the state file")
+        _poll(lambda: state.exists() or emulate.poll() is not None, 60, "the state file")
+        assert emulate.poll() is None, "rtax emulate exited before publishing"
         db = tmp_path / "probe.db"
+        args = f"probe --substrate {kind} --tier T2 --repeat 3 --db {db}".split()
         probe = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rtax",
-                "probe",
-                "--substrate",
-                "kubernetes",
-                "--tier",
-                "T0",
-                "--repeat",
-                "2",
-                "--db",
-                str(db),
-            ],
+            [sys.executable, "-m", "rtax", *args],
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=600,
         )
         assert probe.returncode == 0, probe.stderr
-        assert "probing the kubernetes emulation" in probe.stderr
+        assert f"probing the {kind} emulation" in probe.stderr
         with Store(db, create=False) as store:
             runs = store.runs()
-        assert list(runs["fidelity"]) == ["emulated", "emulated"]
-        assert (runs["status"] == "ok").all() and (runs["substrate"] == "kubernetes").all()
+            tests = store.actions(phase="action")
+        tests = tests[tests["category"] == "test"]
+        assert list(runs["status"]) == ["ok"] * 3, runs["error_message"].tolist()
+        assert set(runs["fidelity"]) == {"emulated"} and set(runs["substrate"]) == {kind}
+        assert sorted(tests["exit_code"]) == [0, 0, 0, 1, 1, 1]  # failing, then fixed
     finally:
         emulate.send_signal(signal.SIGINT)
         out, _ = emulate.communicate(timeout=120)
     assert emulate.returncode == 130, out
     assert not (tmp_path / "emulations.json").exists()
-    left = docker_api.containers(all=True, filters={"label": "rtax.substrate=kubernetes-emulation"})
+    left = docker_api.containers(all=True, filters={"label": f"rtax.substrate={kind}-emulation"})
     assert [c for c in left if c["Labels"].get("rtax.owner", "").endswith(f":{emulate.pid}")] == []
 
 

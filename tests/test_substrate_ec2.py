@@ -7,8 +7,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import tomllib
@@ -488,56 +486,6 @@ def test_prepare_and_host_address_say_what_to_fix() -> None:
         Ec2Substrate(fidelity="emulated", endpoint="http://127.0.0.1:9").prepare(print)
     with pytest.raises(ValueError, match="fidelity"):
         Ec2Substrate(fidelity="simulated")
-
-
-# -- the acceptance path, as a user types it --------------------------------------------------
-
-
-def test_rtax_emulate_ec2_then_probe_t2_stores_three_ok_runs(
-    tmp_path: Path, runner_image: str, attrs_fixture: Any, docker_api: Any
-) -> None:
-    """`rtax emulate ec2` in one process, `rtax probe --substrate ec2 --tier T2 --repeat 3` in
-    another: three successful emulated runs stored; Ctrl-C then removes every container."""
-    env = {
-        **os.environ,
-        "RTAX_DATA_DIR": str(tmp_path),
-        "RTAX_FIXTURES_DIR": str(attrs_fixture.root),
-    }
-    emulate = subprocess.Popen(
-        [sys.executable, "-m", "rtax", "emulate", "ec2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = clock() + 60
-        while not (tmp_path / "emulations.json").exists():
-            assert emulate.poll() is None and clock() < deadline, "rtax emulate did not publish"
-            threading.Event().wait(0.1)
-        db = tmp_path / "probe.db"
-        args = f"probe --substrate ec2 --tier T2 --repeat 3 --quiet --db {db}".split()
-        probe = subprocess.run(
-            [sys.executable, "-m", "rtax", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert probe.returncode == 0, probe.stderr
-        with Store(db, create=False) as store:
-            runs = store.runs()
-            actions = store.actions(phase="action")
-        tests = actions[actions["category"] == "test"]
-        assert list(runs["status"]) == ["ok"] * 3 and set(runs["fidelity"]) == {"emulated"}
-        assert set(runs["kind"]) == {"ec2"}
-        assert sorted(tests["exit_code"]) == [0, 0, 0, 1, 1, 1]  # failing, then fixed
-    finally:
-        emulate.send_signal(signal.SIGINT)
-        out, _ = emulate.communicate(timeout=120)
-    assert emulate.returncode == 130, out
-    left = docker_api.containers(all=True, filters={"label": "rtax.substrate=ec2-emulation"})
-    assert [c for c in left if c["Labels"].get("rtax.owner", "").endswith(f":{emulate.pid}")] == []
 
 
 # -- real AWS's eventual consistency (botocore's Stubber: the service models, no network) ------

@@ -56,6 +56,30 @@ class Emulation(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+class LoopbackServer:
+    """What every emulation shares: a context manager around `start`/`stop`, and its URL on
+    127.0.0.1 once `start` has bound `port` (0 until then, or the port asked for)."""
+
+    port: int
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
 def kinds() -> list[str]:
     """Substrate kinds that have an emulation, sorted."""
     return sorted(REGISTRY)

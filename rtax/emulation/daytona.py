@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.emulation import LoopbackServer
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates.base import CommandTimeout, Environment, SubstrateError, clock
 
@@ -132,7 +133,7 @@ class _HttpError(Exception):
         self.message = message
 
 
-class DaytonaEmulation:
+class DaytonaEmulation(LoopbackServer):
     """The Daytona API, toolbox and socket.io gateway on 127.0.0.1; see the module docstring."""
 
     kind = "daytona"
@@ -263,22 +264,11 @@ class DaytonaEmulation:
         self.sandboxes.clear()
         self._started = False
 
-    def __enter__(self) -> DaytonaEmulation:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def substrate_params(self) -> dict[str, Any]:
         from rtax.substrates.docker import DockerSubstrate
 
         return {
-            "api_url": f"{self.base_url}/api",
+            "api_url": f"{self.url}/api",
             "api_key": self.api_key,  # made up here; the SDK insists on having one
             "target": "emulated",
             "snapshot": next(iter(self.snapshots)),
@@ -421,7 +411,7 @@ class DaytonaEmulation:
             "autoDeleteInterval": body.get("autoDeleteInterval", -1),
             "createdAt": sandbox.created_at,
             "updatedAt": datetime.now(UTC).isoformat(),
-            "toolboxProxyUrl": f"{self.base_url}/toolbox",
+            "toolboxProxyUrl": f"{self.url}/toolbox",
         }
 
     def _find(self, ref: str) -> _Sandbox:
@@ -504,7 +494,7 @@ class DaytonaEmulation:
 
     def _toolbox_url(self, path: dict, query: dict, body: Any) -> tuple[int, Any]:
         self._find(path["ref"])
-        return 200, {"url": f"{self.base_url}/toolbox"}
+        return 200, {"url": f"{self.url}/toolbox"}
 
     def _delete(self, path: dict, query: dict, body: Any) -> tuple[int, Any]:
         sandbox = self._find(path["ref"])

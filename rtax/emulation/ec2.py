@@ -47,6 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
+from rtax.emulation import LoopbackServer
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates.base import CommandTimeout, Environment, EnvironmentLost, SubstrateError
 from rtax.substrates.docker import DockerSubstrate
@@ -107,7 +108,7 @@ class _Invocation:
         return f"/tmp/.rtax-ssm-{self.command_id}.pid"
 
 
-class Ec2Emulation:
+class Ec2Emulation(LoopbackServer):
     """moto's EC2 behind a front server that serves SSM itself, on containers."""
 
     kind = "ec2"
@@ -182,17 +183,6 @@ class Ec2Emulation:
             if leftover.env_id in self._made:
                 self.backing.remove_leftover(leftover)
         self._made.clear()
-
-    def __enter__(self) -> Ec2Emulation:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def substrate_params(self) -> dict[str, Any]:
         return {

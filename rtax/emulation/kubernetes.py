@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.emulation import LoopbackServer
 from rtax.image import RUNNER_IMAGE
 
 #: What the emulation's backing containers are labelled with (rtax.substrate=...).
@@ -322,7 +323,7 @@ def _with_kind(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
 # -- the emulation ---------------------------------------------------------------------------------
 
 
-class KubernetesEmulation:
+class KubernetesEmulation(LoopbackServer):
     """The API server, scheduler and kubelet of a one-node cluster, on 127.0.0.1.
 
     Use as a context manager, or `start()` / `stop()`. `token`, when given, is required as a
@@ -420,17 +421,6 @@ class KubernetesEmulation:
         for leftover in sub.leftovers():
             if leftover.run_id in self._made:
                 sub.remove_leftover(leftover)
-
-    def __enter__(self) -> KubernetesEmulation:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def substrate_params(self) -> dict[str, Any]:
         """Point a `kubernetes` substrate here: a direct API URL, no TLS, no credential unless
