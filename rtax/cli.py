@@ -410,17 +410,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _substrate(
-    name: str, log: Callable[[str], None] | None = None, **overrides: object
+    name: str,
+    log: Callable[[str], None] | None = None,
+    *,
+    use_emulation: bool = True,
+    **overrides: object,
 ) -> Substrate:
     """A built-in substrate by name; construction failures become one-line errors. While
-    ``rtax emulate`` serves the substrate's kind, the substrate probes that emulation (and its
-    samples are labelled ``emulated``), never the real service."""
+    ``rtax emulate`` serves the substrate's kind (and `use_emulation`), the substrate probes
+    that emulation, its samples labelled ``emulated``, never the real service."""
     from rtax import emulation
     from rtax.substrates import NAMED
 
     params = {k: v for k, v in overrides.items() if v is not None}
     kind = NAMED.get(name, (None, {}))[0]
-    served = emulation.running().get(kind) if kind in emulation.kinds() else None
+    served = None
+    if use_emulation and kind in emulation.kinds():
+        served = emulation.running().get(kind)
     if served is not None:
         params = emulation.overlay(served, params)
         if log is not None:
@@ -543,7 +549,8 @@ def cmd_reap(args: argparse.Namespace) -> int:
     substrates = []
     for name in names:
         try:
-            substrates.append(_substrate(name))
+            # the real service's leftovers; an emulation reaps its own when it starts
+            substrates.append(_substrate(name, use_emulation=False))
         except UsageError as exc:
             if args.substrate:  # asked for explicitly: it must work
                 raise
@@ -615,32 +622,36 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 def cmd_emulate(args: argparse.Namespace) -> int:
     """Serve the emulations in the foreground and publish where (README.md#emulations), so that
-    `rtax probe --substrate KIND` and the scheduler's `emulate = true` substrates use them."""
+    `rtax probe --substrate KIND` uses them while this runs."""
     from rtax import emulation
 
     kinds = list(dict.fromkeys(args.kinds)) or emulation.kinds()
-    if emulation.running():
-        raise UsageError(
-            f"another `rtax emulate` already serves {', '.join(emulation.running())} "
-            f"(see {emulation.state_path()}); stop it first"
-        )
     log = _logger(False)
+    publisher = emulation.Publisher()
     try:
-        started = emulation.start_all(kinds, log=log)
-    except (KeyboardInterrupt, UsageError):
-        raise
-    except Exception as exc:  # e.g. no Docker engine for the environments
-        raise UsageError(f"cannot start the emulations: {type(exc).__name__}: {exc}") from None
+        publisher.acquire()  # before starting anything: one `rtax emulate` per data folder
+    except emulation.EmulationsBusy as exc:
+        raise UsageError(str(exc)) from None
+    started: list = []
     try:
-        path = emulation.publish({e.kind: e.substrate_params() for e in started})
+        try:
+            started = emulation.start_all(kinds, log=log)
+        except (KeyboardInterrupt, UsageError):
+            raise
+        except Exception as exc:  # e.g. no Docker engine for the environments
+            raise UsageError(f"cannot start the emulations: {type(exc).__name__}: {exc}") from None
+        path = publisher.publish({e.kind: e.substrate_params() for e in started})
         log(f"published in {path}; every sample taken through these is labelled emulated")
         for emu in started:
             log(f"  rtax probe --substrate {emu.kind} --tier T2 --repeat 3")
         log("Ctrl-C stops the emulations and removes their containers")
         threading.Event().wait()  # until Ctrl-C or SIGTERM (both raise here)
     finally:
-        emulation.unpublish()
-        emulation.stop_all(started)
+        publisher.release()  # first: no new probe may pick up what is about to go
+        try:
+            emulation.stop_all(started)
+        except RuntimeError as exc:  # reported, and the interrupt still ends the command
+            print(f"rtax emulate: {exc}", file=sys.stderr)
     return 0
 
 

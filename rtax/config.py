@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from rtax import paths, workloads
+from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
 from rtax.substrates import REGISTRY, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
+_SECRET = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.I)
 _SUBSTRATE_KEYS = frozenset(
     {
         "name",
@@ -38,7 +40,6 @@ _SUBSTRATE_KEYS = frozenset(
         "emulate",
     }
 )
-_SECRET = re.compile(r"(password|passwd|secret|token|api_?key|access_?key|credential)", re.I)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
 _UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -238,6 +239,13 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             bad(f"{key}.emulate", "must be true or false")
         elif emulate and kind and kind not in emulation_kinds():
             bad(f"{key}.emulate", f"a {kind} substrate has no emulation")
+        elif emulate:
+            for pname in connection_params(params):
+                bad(
+                    f"{key}.params.{pname}",
+                    "where and as whom to connect is the emulation's when emulate = true "
+                    "(remove it, or drop emulate to probe the real service)",
+                )
         substrates[name] = SubstrateConfig(
             name,
             str(kind),

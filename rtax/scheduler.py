@@ -128,6 +128,8 @@ class Prober:
         #: emulations this scheduler started itself (substrates with `emulate = true` and no
         #: `rtax emulate` serving their kind); they stop with it
         self.emulations: list[Any] = []
+        #: optional substrates that can't run at all (their emulation failed to start): why
+        self._unusable: dict[str, str] = {}
 
     # -- life ------------------------------------------------------------------------------
 
@@ -188,24 +190,35 @@ class Prober:
             raise
 
     def _attach_emulations(self) -> None:
-        """Point every `emulate = true` substrate at its emulation: the one a running
-        ``rtax emulate`` publishes, else one started here for this scheduler's life. Their
-        samples are labelled ``emulated`` whatever the configuration says."""
+        """Start the emulation of every kind an `emulate = true` substrate names, for this
+        scheduler's life, and point those substrates at it (their samples are labelled
+        ``emulated``; the emulation owns endpoint and credentials, `emulation.overlay`).
+
+        The scheduler owns its emulations rather than borrowing those of a running
+        ``rtax emulate``, whose endpoints could vanish or move under a long-running schedule.
+        An emulation that can't start disables its substrates if they are all optional (a
+        failing probe never takes the monitor down), else stops the start-up."""
         wanted = sorted({c.kind for c in self.config.substrates.values() if c.emulate})
         if not wanted:
             return
         from rtax import emulation
 
-        published = emulation.running()
-        missing = [k for k in wanted if k not in published]
-        self.emulations = emulation.start_all(missing, log=log.info) if missing else []
-        served = {**published, **{e.kind: e.substrate_params() for e in self.emulations}}
+        served: dict[str, dict[str, Any]] = {}
         for kind in wanted:
-            where = "started here" if kind in missing else "served by `rtax emulate`"
-            log.info("%s substrates probe the %s emulation (%s)", kind, kind, where)
+            users = [c for c in self.config.substrates.values() if c.emulate and c.kind == kind]
+            try:
+                started = emulation.start_all([kind], log=log.info)
+            except Exception as exc:
+                if not all(c.optional for c in users):
+                    raise
+                for conf in users:
+                    self._unusable[conf.name] = f"its {kind} emulation could not start: {exc}"
+                continue
+            self.emulations.extend(started)
+            served[kind] = started[0].substrate_params()
         substrates = {
             name: replace(conf, params=emulation.overlay(served[conf.kind], conf.params))
-            if conf.emulate
+            if conf.emulate and conf.kind in served
             else conf
             for name, conf in self.config.substrates.items()
         }
@@ -263,6 +276,10 @@ class Prober:
 
     def _check_substrates(self) -> None:
         for name, conf in self.config.substrates.items():
+            if name in self._unusable:
+                self.enabled[name] = False
+                log.warning("substrate %s is skipped (optional): %s", name, self._unusable[name])
+                continue
             try:
                 self.factory(conf, {}).prepare(lambda m, n=name: log.info("%s: %s", n, m))
                 self.enabled[name] = True
@@ -277,7 +294,11 @@ class Prober:
         for name, conf in self.config.substrates.items():
             if self.enabled.get(name):
                 substrates.append(self.factory(conf, {}))
-        for orphan in reaper.reap(substrates):
+
+        def skip(name: str, exc: Exception) -> None:  # a listing failure never stops start-up
+            log.warning("could not list %s leftovers: %s: %s", name, type(exc).__name__, exc)
+
+        for orphan in reaper.reap(substrates, on_error=skip):
             log.warning(
                 "reaped %s leftover %s (run %s): %s",
                 orphan.substrate,
@@ -333,7 +354,11 @@ class Prober:
         if conf.max_rollouts_per_day is None and conf.max_env_minutes_per_day is None:
             return None
         since = budget.day_start().isoformat(timespec="microseconds")
-        rollouts, minutes = budget.spent(store.spend(substrate=conf.name, since=since), conf.name)
+        # Only spending at this substrate's own fidelity counts: emulated rollouts under the
+        # same name (a demo, `rtax emulate`) cost nothing and must not use up a real budget.
+        fidelity = "emulated" if conf.emulate else conf.params.get("fidelity", "real")
+        spend = store.spend(substrate=conf.name, fidelity=fidelity, since=since)
+        rollouts, minutes = budget.spent(spend, conf.name)
         return budget.exceeded(conf, rollouts, minutes)
 
     def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:

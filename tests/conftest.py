@@ -177,9 +177,25 @@ def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
         _contract_outcomes.setdefault(kind, []).append(report.outcome)
 
 
+_contract_deselected: list[str] = []
+
+
+def pytest_deselected(items):  # type: ignore[no-untyped-def]
+    from contract import SubstrateContract
+
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if cls is not None and issubclass(cls, SubstrateContract):
+            _contract_deselected.append(item.nodeid)
+
+
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     required = [k for k in os.environ.get("RTAX_REQUIRE_CONTRACT", "").split(",") if k]
     problems = []
+    if required and _contract_deselected:
+        problems.append(
+            f"{len(_contract_deselected)} contract tests deselected, e.g. {_contract_deselected[0]}"
+        )
     for kind in required:
         outcomes = _contract_outcomes.get(kind, [])
         if not outcomes:

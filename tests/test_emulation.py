@@ -23,42 +23,50 @@ def test_every_emulated_kind_is_a_substrate_kind() -> None:
         emulation.emulation_class("docker")
 
 
-def test_published_state_is_read_back_while_its_process_lives(tmp_path: Path) -> None:
+def test_published_state_counts_only_while_its_publisher_holds_the_lock(tmp_path: Path) -> None:
     path = tmp_path / "emulations.json"
     params = {"kubernetes": {"host": "http://127.0.0.1:1", "fidelity": "emulated"}}
-    emulation.publish(params, path=path)
-    assert emulation.running(path=path) == params
-    emulation.unpublish(path=path)
+    with emulation.Publisher(path) as publisher:
+        publisher.publish(params)
+        assert emulation.running(path=path) == params
+        assert (path.stat().st_mode & 0o077) == 0  # this user's only: it holds a (fake) key
+        with pytest.raises(emulation.EmulationsBusy, match="already serves"):
+            emulation.Publisher(path).acquire()  # a second `rtax emulate` refuses at once
     assert not path.exists() and emulation.running(path=path) == {}
 
 
-def test_state_of_a_dead_publisher_is_ignored(tmp_path: Path) -> None:
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+def test_a_stale_state_file_is_ignored_whatever_pid_it_names(tmp_path: Path) -> None:
+    """A crashed `rtax emulate` leaves its file; its pid may now be another live process (here:
+    this one). Only the lock, which the kernel dropped with the process, decides."""
     path = tmp_path / "emulations.json"
-    path.write_text(json.dumps({"pid": int(dead.stdout), "emulations": {"ec2": {}}}))
+    path.write_text(json.dumps({"pid": os.getpid(), "emulations": {"ec2": {}}}))
+    path.with_suffix(".lock").touch()
     assert emulation.running(path=path) == {}
     path.write_text("{not json")
     assert emulation.running(path=path) == {}
+    with emulation.Publisher(path):  # and a new publisher can take over at once
+        assert emulation.running(path=path) == {}  # nothing published yet
 
 
-def test_unpublish_leaves_another_process_state_alone(tmp_path: Path) -> None:
-    path = tmp_path / "emulations.json"
-    path.write_text(json.dumps({"pid": os.getppid(), "emulations": {}}))
-    emulation.unpublish(path=path)
-    assert path.exists()
-
-
-def test_overlay_always_labels_emulated() -> None:
+def test_overlay_gives_endpoint_and_credentials_to_the_emulation() -> None:
     merged = emulation.overlay(
         {"host": "http://127.0.0.1:9", "fidelity": "emulated", "namespace": "default"},
-        {"namespace": "probe", "fidelity": "real"},
+        {
+            "namespace": "probe",
+            "cpu": "2",
+            "fidelity": "real",
+            "host": "https://real.example:6443",
+            "token_env": "REAL_TOKEN",
+            "fidelity_env": "FID",
+            "kubeconfig": "~/.kube/config",
+        },
     )
-    assert merged == {"host": "http://127.0.0.1:9", "namespace": "probe", "fidelity": "emulated"}
+    assert merged == {
+        "host": "http://127.0.0.1:9",
+        "namespace": "default",
+        "cpu": "2",
+        "fidelity": "emulated",
+    }
 
 
 def _conf(tmp_path: Path, entry: str):
@@ -70,6 +78,17 @@ def _conf(tmp_path: Path, entry: str):
 def test_config_emulate_flag(tmp_path: Path) -> None:
     conf = _conf(tmp_path, 'name = "k"\nkind = "kubernetes"\nemulate = true')
     assert conf.substrates["k"].emulate is True
+    with pytest.raises(ConfigError) as refused:  # a real endpoint under the emulated label
+        _conf(
+            tmp_path,
+            'name = "k"\nkind = "kubernetes"\nemulate = true\n'
+            'params = { host = "https://real:6443", token_env = "T", fidelity = "real" }',
+        )
+    assert [p.split(": ")[1] for p in refused.value.problems] == [
+        "substrates.k.params.fidelity",
+        "substrates.k.params.host",
+        "substrates.k.params.token_env",
+    ]
     with pytest.raises(ConfigError, match="a docker substrate has no emulation"):
         _conf(tmp_path, 'name = "d"\nkind = "docker"\nemulate = true')
     with pytest.raises(ConfigError, match="emulate: must be true or false"):
@@ -152,17 +171,16 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
 def test_scheduler_starts_the_emulation_for_emulate_true(
     tmp_path: Path, runner_image: str, attrs_fixture, monkeypatch
 ) -> None:
-    """`emulate = true` with no `rtax emulate` running: the scheduler starts the emulation,
-    probes it (samples labelled emulated even where the file says otherwise), and stops it."""
+    """`emulate = true`: the scheduler starts the emulation itself, probes it (samples
+    labelled emulated), and stops it with itself."""
     from rtax.scheduler import Prober
     from rtax.store import Store
 
-    monkeypatch.setenv("RTAX_DATA_DIR", str(tmp_path))  # no published emulations here
     file = tmp_path / "rtax.toml"
     file.write_text(
         'database = "rtax.db"\n'
         '[[substrates]]\nname = "k8s"\nkind = "kubernetes"\nemulate = true\n'
-        'params = { fidelity = "real", namespace = "default" }\n'
+        'params = { namespace = "default" }\n'
         '[[plans]]\nname = "p"\nsubstrates = ["k8s"]\ntier = "T0"\ninterval = "1h"\n'
     )
     conf = config.load(file)
@@ -183,3 +201,59 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
         prober.stop(wait=True)
     assert prober.emulations == []
     assert [(r["fidelity"], r["status"]) for r in rows] == [("emulated", "ok")]
+
+
+def test_an_optional_substrate_whose_emulation_fails_is_skipped(
+    tmp_path: Path, attrs_fixture, monkeypatch
+) -> None:
+    """A failing probe never takes the monitor down: an optional emulated substrate whose
+    emulation can't start is skipped with a warning; a required one stops the start-up."""
+    from rtax.scheduler import Prober
+
+    def broken(kinds, log=print):
+        raise RuntimeError("no Docker engine")
+
+    monkeypatch.setattr(emulation, "start_all", broken)
+    base = (
+        'database = "rtax.db"\n[[substrates]]\nname = "local"\nkind = "local"\n'
+        '[[substrates]]\nname = "k8s"\nkind = "kubernetes"\nemulate = true\n{optional}\n'
+        '[[plans]]\nname = "p"\nsubstrates = ["local", "k8s"]\ntier = "T0"\ninterval = "1h"\n'
+    )
+    file = tmp_path / "rtax.toml"
+    file.write_text(base.format(optional="optional = true"))
+    prober = Prober(config.load(file), fixture=attrs_fixture)
+    prober.start()
+    try:
+        assert prober.enabled == {"local": True, "k8s": False}
+    finally:
+        prober.stop(wait=True)
+    file.write_text(base.format(optional=""))
+    with pytest.raises(RuntimeError, match="no Docker engine"):
+        Prober(config.load(file), fixture=attrs_fixture).start()
+
+
+def test_emulated_spending_does_not_use_up_a_real_budget(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from factories import make_record
+    from rtax.scheduler import Prober
+    from rtax.store import Store
+
+    file = tmp_path / "rtax.toml"
+    file.write_text(
+        'database = "rtax.db"\n'
+        '[[substrates]]\nname = "ec2"\nkind = "ec2"\nmax_rollouts_per_day = 2\n'
+        '[[substrates]]\nname = "ec2-demo"\nkind = "ec2"\nemulate = true\n'
+        "max_rollouts_per_day = 2\n"
+    )
+    conf = config.load(file)
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    with Store(conf.database) as store:
+        for i in range(3):  # emulated rollouts under both names (a demo, `rtax emulate`)
+            for name in ("ec2", "ec2-demo"):
+                store.save_rollout(
+                    make_record(f"{name}{i}", substrate=name, fidelity="emulated", started_at=now)
+                )
+        prober = Prober(conf)
+        assert prober._over_budget(conf.substrates["ec2"], store) is None
+        assert "3 of 2 rollouts" in prober._over_budget(conf.substrates["ec2-demo"], store)

@@ -15,9 +15,11 @@ scheduler) find them.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -101,6 +103,13 @@ def get_emulation(kind: str, **options: Any) -> Emulation:
 
 
 # -- the state file that `rtax emulate` publishes ------------------------------------------------
+# Liveness is a lock, not a pid: `rtax emulate` holds an exclusive flock on emulations.lock for
+# its whole life (the kernel drops it however the process dies), and the state file counts only
+# while that lock is held. A pid could be reused by an unrelated process.
+
+
+class EmulationsBusy(RuntimeError):
+    """Another ``rtax emulate`` already serves from this data folder."""
 
 
 def state_path() -> Path:
@@ -108,48 +117,113 @@ def state_path() -> Path:
     return paths.data_dir() / "emulations.json"
 
 
-def publish(emulations: dict[str, dict[str, Any]], *, path: Path | None = None) -> Path:
-    """Write kind -> substrate parameters for the emulations this process serves."""
-    path = path or state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "emulations": emulations}, indent=2))
-    tmp.replace(path)
-    return path
+class Publisher:
+    """The one ``rtax emulate`` of a data folder: holds the lock, writes and removes the state
+    file. Take it before starting anything, so that two can't start at once."""
 
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_path()
+        self._fd: int | None = None
 
-def unpublish(*, path: Path | None = None) -> None:
-    """Remove the state file if this process wrote it."""
-    path = path or state_path()
-    try:
-        if json.loads(path.read_text()).get("pid") == os.getpid():
-            path.unlink()
-    except (OSError, ValueError):
-        pass
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise EmulationsBusy(
+                f"another `rtax emulate` already serves from {self.path.parent}; stop it first"
+            ) from None
+        self._fd = fd
+
+    def publish(self, emulations: dict[str, dict[str, Any]]) -> Path:
+        """Write kind -> substrate parameters, atomically and readable by this user only
+        (the Daytona emulation's made-up key is in there, and the emulations run commands)."""
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".emulations.")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"pid": os.getpid(), "emulations": emulations}, out, indent=2)
+        os.replace(tmp, self.path)
+        return self.path
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)  # ours: we hold the lock
+        os.close(self._fd)  # drops the lock
+        self._fd = None
+
+    def __enter__(self) -> Publisher:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def running(*, path: Path | None = None) -> dict[str, dict[str, Any]]:
     """kind -> substrate parameters of the emulations a live ``rtax emulate`` serves ({} if
-    none: no state file, or its process is gone)."""
-    from rtax.reaper import pid_alive
-
+    none: no state file, or no process holds its lock any more)."""
     path = path or state_path()
+    try:
+        fd = os.open(path.with_suffix(".lock"), os.O_RDONLY)
+    except OSError:
+        return {}
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return {}  # nobody holds it: whatever the state file says is stale
+    except BlockingIOError:
+        pass  # a live `rtax emulate` holds it
+    finally:
+        os.close(fd)
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
-    pid = state.get("pid")
-    if not isinstance(pid, int) or not pid_alive(pid):
         return {}
     emulations = state.get("emulations")
     return emulations if isinstance(emulations, dict) else {}
 
 
+#: Parameters that say *where* and *as whom* a substrate connects. Under an emulation they are
+#: the emulation's alone: a configured real endpoint or credential would otherwise be probed (or
+#: sent to the emulation) under the `emulated` label.
+CONNECTION_PARAMS = frozenset(
+    {
+        "fidelity",
+        "host",
+        "kubeconfig",
+        "context",
+        "in_cluster",
+        "token",
+        "ca_cert",
+        "verify_ssl",
+        "endpoint",
+        "profile",
+        "region",
+        "api_url",
+        "api_key",
+        "target",
+    }
+)
+
+
+def connection_params(params: dict[str, Any]) -> list[str]:
+    """The configured parameters (or their ``*_env`` forms) that an emulation must own."""
+    return sorted(k for k in params if k.removesuffix("_env") in CONNECTION_PARAMS)
+
+
 def overlay(emulated: dict[str, Any], configured: dict[str, Any]) -> dict[str, Any]:
-    """A substrate's parameters when it runs against an emulation: the emulation's endpoint
-    and defaults, then what the configuration sets, and always fidelity ``emulated`` (a sample
-    taken through an emulation can't be labelled anything else)."""
-    return {**emulated, **configured, "fidelity": "emulated"}
+    """A substrate's parameters when it runs against an emulation: what the configuration sets
+    (image, resources, mode, ...), then the emulation's endpoint and credentials, which no
+    configured connection parameter can override (`CONNECTION_PARAMS`, ``*_env`` forms
+    included), and always fidelity ``emulated``."""
+    kept = {
+        k: v
+        for k, v in configured.items()
+        if k.removesuffix("_env") not in CONNECTION_PARAMS
+        and k.removesuffix("_env") not in emulated
+    }
+    return {**kept, **emulated, "fidelity": "emulated"}
 
 
 def endpoint(params: dict[str, Any]) -> str:
@@ -171,8 +245,8 @@ def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
     try:
         for kind in kinds_:
             emu = get_emulation(kind)
+            started.append(emu)  # stop() is idempotent: a half-started one is stopped too
             emu.start()
-            started.append(emu)
             log(f"{kind} emulation serving at {endpoint(emu.substrate_params())}")
     except BaseException:
         stop_all(started)

@@ -71,6 +71,7 @@ from rtax.substrates.base import (
     ReadyTimeout,
     SubstrateError,
     clock,
+    redacting,
 )
 
 MODES = ("exec", "session")
@@ -198,6 +199,11 @@ class DaytonaSubstrate:
             with contextlib.suppress(Exception):  # best effort: closing, not measuring
                 dispatcher.disconnect()
 
+    def _secrets(self) -> list[str]:
+        """What `redacting` keeps out of every error leaving this substrate: the API key."""
+        key = self._api_key or os.environ.get("DAYTONA_API_KEY")
+        return [key] if key else []
+
     def _scrub(self, text: str) -> str:
         """A message with the API key removed, whatever produced it."""
         key = self._api_key or os.environ.get("DAYTONA_API_KEY")
@@ -233,6 +239,7 @@ class DaytonaSubstrate:
 
     # -- life of one environment ------------------------------------------------------------
 
+    @redacting
     def create(self, run_id: str) -> Environment:
         from daytona import Image
         from daytona._sync.sandbox import Sandbox
@@ -289,6 +296,7 @@ class DaytonaSubstrate:
         env.mark("created")
         return env
 
+    @redacting
     def wait_running(self, env: Environment, timeout_s: float) -> None:
         from daytona._utils.timeout import _TimeoutMarker
         from daytona.common.errors import DaytonaTimeoutError
@@ -320,6 +328,7 @@ class DaytonaSubstrate:
             raise self._error(EnvironmentLost, "waiting for start", exc) from exc
         env.mark("started")
 
+    @redacting
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         if self.mode == "session":
             result = self._session_run(env, command, timeout_s)
@@ -437,6 +446,7 @@ class DaytonaSubstrate:
             return self._scrub(f"sandbox is {state}: {dto.error_reason or 'no reason given'}")
         return None
 
+    @redacting
     def destroy(self, env: Environment, timeout_s: float) -> None:
         api = self.client()._sandbox_api
         sandbox = env.handle.get("sandbox") if isinstance(env.handle, dict) else None
@@ -481,6 +491,7 @@ class DaytonaSubstrate:
         with contextlib.suppress(Exception):
             self.client()._sandbox_api.delete_sandbox(ref, _request_timeout=30)
 
+    @redacting
     def leftovers(self) -> list[Leftover]:
         api = self.client()._sandbox_api
         wanted = json.dumps({LABEL: "1", f"{LABEL}.substrate": self.name})
@@ -508,10 +519,12 @@ class DaytonaSubstrate:
             if not cursor:
                 return found
 
+    @redacting
     def remove_leftover(self, leftover: Leftover) -> None:
         """Delete a leftover sandbox and wait until it is gone (the reaper's backstop)."""
         self.destroy(Environment(env_id=leftover.env_id, run_id=leftover.run_id or ""), 120)
 
+    @redacting
     def prepare(self, log: Callable[[str], None]) -> None:
         """Check that the API answers and accepts the key (one cheap list call)."""
         api = self.client()._sandbox_api

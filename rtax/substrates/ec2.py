@@ -66,6 +66,7 @@ from rtax.substrates.base import (
     ReadyTimeout,
     SubstrateError,
     clock,
+    redacting,
 )
 
 #: Error codes that mean "slow down" across EC2 (Query) and SSM (JSON) and S3-style answers.
@@ -214,8 +215,21 @@ class Ec2Substrate:
             )
         else:
             session = boto3.session.Session(profile_name=profile, region_name=region)
+        self._session = session
         self.ec2 = session.client("ec2", endpoint_url=endpoint, config=config)
         self.ssm = session.client("ssm", endpoint_url=endpoint, config=config)
+
+    def _secrets(self) -> list[str]:
+        """What `redacting` keeps out of every error leaving this substrate: the session's
+        secret key and session token (AWS never echoes them, but nothing here relies on it)."""
+        try:
+            creds = self._session.get_credentials()
+        except Exception:  # no credentials: nothing to keep out
+            return []
+        if creds is None:
+            return []
+        frozen = creds.get_frozen_credentials()
+        return [s for s in (frozen.secret_key, frozen.token) if s]
 
     # -- calls: throttling retried, everything else classified by the caller -------------------
 
@@ -243,6 +257,7 @@ class Ec2Substrate:
 
     # -- life of one environment ------------------------------------------------------------
 
+    @redacting
     def create(self, run_id: str) -> Environment:
         errors = _botocore_exceptions()
         if not self.ami:
@@ -297,6 +312,7 @@ class Ec2Substrate:
         env.mark("created")
         return env
 
+    @redacting
     def wait_running(self, env: Environment, timeout_s: float) -> None:
         errors = _botocore_exceptions()
         deadline = clock() + timeout_s
@@ -325,6 +341,7 @@ class Ec2Substrate:
         except _transport_errors() as exc:
             raise ReadyTimeout(f"DescribeInstances: {exc}") from exc
 
+    @redacting
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         errors = _botocore_exceptions()
         t0 = clock()
@@ -467,6 +484,7 @@ class Ec2Substrate:
                 return instance
         return None
 
+    @redacting
     def destroy(self, env: Environment, timeout_s: float) -> None:
         self._terminate_and_wait(env.env_id, timeout_s)
         env.mark("terminated")
@@ -520,6 +538,7 @@ class Ec2Substrate:
             for leftover in self._find([{"Name": f"tag:{LABEL}.run_id", "Values": [run_id]}]):
                 self._call(self.ec2, "terminate_instances", InstanceIds=[leftover.env_id])
 
+    @redacting
     def leftovers(self) -> list[Leftover]:
         return self._find([])
 
@@ -555,6 +574,7 @@ class Ec2Substrate:
             if not token:
                 return found
 
+    @redacting
     def remove_leftover(self, leftover: Leftover) -> None:
         """Terminate a leftover instance and wait until EC2 reports it terminated."""
         self._terminate_and_wait(leftover.env_id, 300.0)
@@ -569,6 +589,7 @@ class Ec2Substrate:
             )
         return self._host_address
 
+    @redacting
     def prepare(self, log: Callable[[str], None]) -> None:
         """Check that the API answers, credentials work and the AMI exists (one-line errors)."""
         errors = _botocore_exceptions()
