@@ -125,8 +125,8 @@ class Prober:
         self._servers_lock = threading.Lock()
         self._start = clock_start
         self.stopped = threading.Event()
-        #: emulations this scheduler started itself (substrates with `emulate = true` and no
-        #: `rtax emulate` serving their kind); they stop with it
+        #: emulations this scheduler started for its `emulate = true` substrates; they stop
+        #: with it
         self.emulations: list[Any] = []
         #: optional substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
