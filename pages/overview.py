@@ -24,6 +24,9 @@ def live() -> None:
             f"Refreshes every {data.TTL_S} s."
         )
         style.table(tables.overview(runs))
+        note = tables.fidelity_note(runs["fidelity"].dropna())
+        if note:
+            st.caption(note)
     if not history.empty:
         st.subheader("Including rolled-up history")
         st.caption(

@@ -127,6 +127,7 @@ def test_overview_numbers_equal_stats(seeded: Path, monkeypatch) -> None:
     assert docker_t0["success_rate"] == pytest.approx(3 / 4)  # the failure counts here...
     assert docker_t0["episode_p95_s"] < 1.0  # ...and never in the latencies
     assert "kubernetes [emulated]" in set(shown["series"])  # fidelity labelled, not merged
+    assert any("**emulated** series" in c.value for c in at.caption)  # and explained
 
 
 def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> None:
@@ -282,3 +283,9 @@ def test_overview_shows_todays_spend_beside_budgets(tmp_path: Path, monkeypatch)
     assert spend.loc["kubernetes", "env_minutes"] == pytest.approx(3.0)
     assert spend.loc["kubernetes", "fidelity"] == "emulated"
     assert spend.loc["kubernetes", "status"].startswith("budget used up")
+
+
+def test_fidelity_note_only_when_something_is_not_real() -> None:
+    assert tables.fidelity_note(["real", "real"]) is None
+    note = tables.fidelity_note(["real", "emulated", "modelled"])
+    assert "**emulated**" in note and "**modelled**" in note

@@ -8,6 +8,7 @@ latency table carries `n` and the success rate.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -188,6 +189,22 @@ EMPTY_HINT = (
     "(or `make run`) and this page fills in."
 )
 PREVIEW_ROWS = 1_000
+
+_FIDELITY_NOTES = {
+    "emulated": "**emulated** series ran through the real client library against a local "
+    "emulation of the service: their numbers are this machine's Docker engine behind an "
+    "emulated API, never the cloud service itself",
+    "modelled": "**modelled** series carry latencies injected from published figures",
+}
+
+
+def fidelity_note(fidelities: Iterable[str]) -> str | None:
+    """What the non-real fidelities present mean, for a caption beside the tables (None when
+    every series is real)."""
+    notes = [_FIDELITY_NOTES[f] for f in ("emulated", "modelled") if f in set(fidelities)]
+    if not notes:
+        return None
+    return "Not real measurements of the service: " + "; ".join(notes) + " (README.md#fidelity)."
 
 
 def cold_start_all(runs: pd.DataFrame) -> pd.DataFrame:
