@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from rtax import __version__, fixtures, paths, reaper, stats, workloads
-from rtax.config import ConfigError
+from rtax.config import ConfigError, SubstrateConfig
 from rtax.fixtures import Fixture, FixtureError, GitServer
 from rtax.image import ImageError
 from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
 from rtax.store import Store, StoreError
-from rtax.substrates import UnknownSubstrate, by_name
+from rtax.substrates import UnknownSubstrate
 from rtax.substrates import names as builtin_names
 from rtax.substrates.base import Substrate, SubstrateError
 from rtax.workloads import RepoSource, WorkloadError
@@ -110,7 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--substrate",
         default="local",
-        help=f"substrate name (built in: {', '.join(builtin_names())}; default local)",
+        help=f"substrate name: one defined in the configuration, or built in "
+        f"({', '.join(builtin_names())}); default local",
+    )
+    probe.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="configuration file defining substrate names (default: $RTAX_CONFIG, "
+        "./rtax.toml, the checkout's rtax.toml)",
     )
     probe.add_argument("--tier", choices=workloads.TIERS, default="T0")
     probe.add_argument(
@@ -199,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
         "checked from this host)",
     )
     reap.add_argument("--dry-run", action="store_true", help="list, remove nothing")
+    reap.add_argument(
+        "--config", type=Path, default=None, help="configuration whose substrates to visit too"
+    )
 
     sched = sub.add_parser("schedule", help="run the configured probe plans until stopped")
     sched.add_argument(
@@ -355,7 +366,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         t2_only.append("--repo-url")
     if t2_only and args.tier != "T2":
         raise UsageError(f"{', '.join(t2_only)} only apply to --tier T2")
-    substrate = _substrate(args.substrate, log=_logger(args.quiet), mode=args.mode)
+    substrate = _substrate(
+        args.substrate, log=_logger(args.quiet), config_path=args.config, mode=args.mode
+    )
     if args.repo_url == "path" and substrate.kind != "local":
         raise UsageError(
             f"--repo-url path: a {substrate.kind} environment can't see this "
@@ -409,34 +422,70 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0 if not failed else 1
 
 
+def _configured(name: str, config_path: Path | None) -> SubstrateConfig | None:
+    """The configuration's entry for `name`, or None. The file is only validated (which
+    imports every kind it names) when it mentions `name`, so probing a built-in stays fast."""
+    import tomllib
+
+    from rtax import config
+
+    path = config.find(config_path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError:
+        if config_path is not None:
+            raise UsageError(f"--config {config_path}: cannot read it") from None
+        return None
+    except tomllib.TOMLDecodeError:
+        if config_path is None:
+            return None  # a broken implicit file: built-ins still work; `config check` says why
+        raise
+    entries = raw.get("substrates") if isinstance(raw.get("substrates"), list) else []
+    if not any(isinstance(e, dict) and e.get("name") == name for e in entries):
+        return None
+    return config.load(path).substrates[name]
+
+
 def _substrate(
     name: str,
     log: Callable[[str], None] | None = None,
     *,
     use_emulation: bool = True,
+    config_path: Path | None = None,
     **overrides: object,
 ) -> Substrate:
-    """A built-in substrate by name; construction failures become one-line errors. While
-    ``rtax emulate`` serves the substrate's kind (and `use_emulation`), the substrate probes
-    that emulation, its samples labelled ``emulated``, never the real service."""
+    """The substrate called `name`: the configuration's entry if it has one (parameters,
+    ``*_env`` credentials), else the built-in; construction failures become one-line errors.
+    While ``rtax emulate`` serves its kind (and `use_emulation`), a built-in cloud name or an
+    ``emulate = true`` entry probes that emulation, its samples labelled ``emulated``."""
     from rtax import emulation
+    from rtax.scheduler import default_factory
     from rtax.substrates import NAMED
 
     params = {k: v for k, v in overrides.items() if v is not None}
-    kind = NAMED.get(name, (None, {}))[0]
+    conf = _configured(name, config_path)
+    if conf is None and name not in NAMED:
+        known = sorted(set(NAMED))
+        raise UnknownSubstrate(
+            f"unknown substrate {name!r} (built in: {', '.join(known)}; or define it in rtax.toml)"
+        )
+    if conf is None:
+        kind, builtin = NAMED[name]
+        conf = SubstrateConfig(name, kind, dict(builtin))
     served = None
-    if use_emulation and kind in emulation.kinds():
-        served = emulation.running().get(kind)
-    if served is not None:
-        params = emulation.overlay(served, params)
+    if use_emulation and conf.kind in emulation.kinds():
+        served = emulation.running().get(conf.kind)
+    if conf.emulate and served is None:
+        raise UsageError(
+            f"substrate {name} probes the {conf.kind} emulation (emulate = true): start it "
+            f"with `rtax emulate {conf.kind}`"
+        )
+    if served is not None and (conf.emulate or name in NAMED):
+        conf = replace(conf, params=emulation.overlay(served, conf.params))
         if log is not None:
-            log(
-                f"{name}: probing the {kind} emulation served by `rtax emulate` (fidelity emulated)"
-            )
+            log(f"{name}: probing the {conf.kind} emulation of `rtax emulate` (fidelity emulated)")
     try:
-        return by_name(name, **params)
-    except UnknownSubstrate:
-        raise
+        return default_factory(conf, params)
     except TypeError as exc:
         raise UsageError(f"substrate {name} does not take {', '.join(params)}: {exc}") from None
     except Exception as exc:  # e.g. docker.errors.DockerException: no engine
@@ -545,12 +594,23 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    names = args.substrate or builtin_names()
+    from rtax import config
+
+    names = args.substrate
+    if not names:  # every built-in name and every configured one that isn't an emulation's
+        try:
+            configured = config.load(args.config).substrates
+        except (ConfigError, OSError) as exc:
+            if args.config is not None:
+                raise
+            print(f"rtax reap: configuration not used: {exc}", file=sys.stderr)
+            configured = {}
+        names = sorted(set(builtin_names()) | {n for n, c in configured.items() if not c.emulate})
     substrates = []
     for name in names:
         try:
             # the real service's leftovers; an emulation reaps its own when it starts
-            substrates.append(_substrate(name, use_emulation=False))
+            substrates.append(_substrate(name, use_emulation=False, config_path=args.config))
         except UsageError as exc:
             if args.substrate:  # asked for explicitly: it must work
                 raise

@@ -307,3 +307,67 @@ def test_probe_then_export_runs_and_actions(
     )
     assert code == 0
     assert "wrote 0 runs rows" in err
+
+
+# -- substrate names from the configuration ---------------------------------------------------
+
+
+def _config_file(tmp_path: Path, body: str) -> Path:
+    file = tmp_path / "probe.toml"
+    file.write_text(body)
+    return file
+
+
+def test_probe_a_substrate_named_in_the_configuration(
+    tmp_path: Path, db: Path, capsys, attrs_fixture: Fixture
+) -> None:
+    roots = tmp_path / "named-envs"
+    conf = _config_file(
+        tmp_path,
+        f'[[substrates]]\nname = "scratch"\nkind = "local"\nparams = {{ root = "{roots}" }}\n',
+    )
+    code, _, err = run_main(
+        ["probe", "--substrate", "scratch", "--config", str(conf), "--db", str(db), "--quiet"],
+        capsys,
+    )
+    assert code == 0, err
+    from rtax.store import Store
+
+    with Store(db, create=False) as store:
+        runs = store.runs()
+    assert list(runs["substrate"]) == ["scratch"] and list(runs["status"]) == ["ok"]
+    assert roots.is_dir()  # the configured parameter was used
+
+
+def test_unknown_and_unstarted_emulated_names_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    conf = _config_file(
+        tmp_path, '[[substrates]]\nname = "k8s-demo"\nkind = "kubernetes"\nemulate = true\n'
+    )
+    code, _, err = run_main(["probe", "--substrate", "nope", "--config", str(conf)], capsys)
+    assert code == 2 and "define it in rtax.toml" in one_error_line(err)
+    code, _, err = run_main(["probe", "--substrate", "k8s-demo", "--config", str(conf)], capsys)
+    assert code == 2 and "rtax emulate kubernetes" in one_error_line(err)
+
+
+def test_reap_visits_configured_substrates(tmp_path: Path, capsys) -> None:
+    """A leftover of a configured name, whose owner is gone, is found and reaped by default."""
+    import json
+
+    from rtax.substrates.local import LocalSubstrate
+
+    roots = tmp_path / "named-envs"
+    conf = _config_file(
+        tmp_path,
+        f'[[substrates]]\nname = "scratch"\nkind = "local"\nparams = {{ root = "{roots}" }}\n',
+    )
+    sub = LocalSubstrate(name="scratch", root=roots)
+    env = sub.create("planted")
+    meta = next(roots.rglob(".rtax-env.json"), None)
+    assert meta is not None, "the local substrate keeps its label in a JSON file"
+    label = json.loads(meta.read_text())
+    label["owner"] = f"{label['owner'].rpartition(':')[0]}:999999999"  # a pid that can't exist
+    meta.write_text(json.dumps(label))
+    code, out, err = run_main(["reap", "--config", str(conf)], capsys)
+    assert code == 0, err
+    assert "removed scratch" in out and "planted" in out
+    assert [lo for lo in sub.leftovers() if lo.run_id == env.run_id] == []
