@@ -149,13 +149,14 @@ def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:
             secrets = [s for s in self._secrets() if s]
             if secrets:
-                exc.args = tuple(_redact(a, secrets) if isinstance(a, str) else a for a in exc.args)
+                exc.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in exc.args)
             raise
 
     return wrapper
 
 
-def _redact(text: str, secrets: list[str]) -> str:
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every one of `secrets` replaced by ``***``."""
     for secret in secrets:
         text = text.replace(secret, "***")
     return text

@@ -71,6 +71,7 @@ from rtax.substrates.base import (
     ReadyTimeout,
     SubstrateError,
     clock,
+    redact,
     redacting,
 )
 
@@ -205,9 +206,9 @@ class DaytonaSubstrate:
         return [key] if key else []
 
     def _scrub(self, text: str) -> str:
-        """A message with the API key removed, whatever produced it."""
-        key = self._api_key or os.environ.get("DAYTONA_API_KEY")
-        return text.replace(key, "***") if key else text
+        """A message with the API key removed as it is built (`redacting` does the same again
+        where errors leave the substrate; this also covers reasons kept before raising)."""
+        return redact(text, self._secrets())
 
     def _error(self, cls: type[SubstrateError], what: str, exc: BaseException) -> SubstrateError:
         status = _status(exc)
