@@ -501,8 +501,13 @@ class DaytonaSubstrate:
         while True:
             page = self._retry(
                 "list sandboxes",
+                # A sandbox whose deletion errored is hidden from the list by default, and is
+                # exactly the kind of leftover the reaper exists for.
                 lambda c=cursor: api.list_sandboxes(
-                    labels=wanted, cursor=c, _request_timeout=self.api_timeout_s
+                    labels=wanted,
+                    cursor=c,
+                    include_errored_deleted=True,
+                    _request_timeout=self.api_timeout_s,
                 ),
             )
             for item in page.items:
