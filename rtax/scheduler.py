@@ -25,6 +25,7 @@ import os
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -128,6 +129,10 @@ class Prober:
         #: emulations this scheduler started for its `emulate = true` substrates; they stop
         #: with it
         self.emulations: list[Any] = []
+        #: rollouts running now, per substrate name (monotonic start times), so that budgets
+        #: count them before they are stored; guarded by `_budget_lock`
+        self._in_flight: dict[str, list[float]] = {}
+        self._budget_lock = threading.Lock()
         #: optional substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
 
@@ -359,6 +364,11 @@ class Prober:
         fidelity = "emulated" if conf.emulate else conf.params.get("fidelity", "real")
         spend = store.spend(substrate=conf.name, fidelity=fidelity, since=since)
         rollouts, minutes = budget.spent(spend, conf.name)
+        # Rollouts still running are not in the database yet: count them, and the minutes
+        # their environments have used so far (the caller holds the budget lock).
+        running = self._in_flight.get(conf.name, [])
+        rollouts += len(running)
+        minutes += sum(time.monotonic() - t for t in running) / 60
         return budget.exceeded(conf, rollouts, minutes)
 
     def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:
@@ -374,8 +384,9 @@ class Prober:
                         late,
                     )
                     return False
-            with Store(self.config.database) as store:
-                why = self._over_budget(conf, store)
+            with self._budget_lock:  # check and count in one step: concurrent plans can't
+                with Store(self.config.database) as store:  # both take the last rollout
+                    why = self._over_budget(conf, store)
                 if why:
                     log.info(
                         "plan %s: %s is over its daily budget (%s); skipped",
@@ -384,20 +395,15 @@ class Prober:
                         why,
                     )
                     return True
-            overrides = {"mode": plan.mode} if plan.mode else {}
-            substrate = self.factory(conf, overrides)
-            source = self._source(substrate) if plan.tier == "T2" else None
-            workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
-            record = self._run_with_deadline(substrate, workload)
-            if record.run["error_class"] == "cancelled":
-                return True  # stopping: half a rollout is no sample
-            record.run["plan"] = plan.name
-            if scheduled is not None:
-                record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
-                    timespec="microseconds"
-                )
-            with Store(self.config.database) as store:
-                store.save_rollout(record)
+                started = time.monotonic()
+                self._in_flight.setdefault(conf.name, []).append(started)
+            try:
+                record = self._rollout(plan, conf, scheduled)
+            finally:
+                with self._budget_lock:
+                    self._in_flight[conf.name].remove(started)
+            if record is None:
+                return True
         run = record.run
         log.info(
             "plan %s: %s %s%s %s in %.3f s%s",
@@ -410,6 +416,26 @@ class Prober:
             f" ({run['error_class']})" if run["error_class"] else "",
         )
         return True
+
+    def _rollout(
+        self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None
+    ) -> RolloutRecord | None:
+        """Run one rollout and store it; None when it was cancelled (stopping)."""
+        overrides = {"mode": plan.mode} if plan.mode else {}
+        substrate = self.factory(conf, overrides)
+        source = self._source(substrate) if plan.tier == "T2" else None
+        workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
+        record = self._run_with_deadline(substrate, workload)
+        if record.run["error_class"] == "cancelled":
+            return None  # stopping: half a rollout is no sample
+        record.run["plan"] = plan.name
+        if scheduled is not None:
+            record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
+                timespec="microseconds"
+            )
+        with Store(self.config.database) as store:
+            store.save_rollout(record)
+        return record
 
     def _save_setup_error(
         self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None, exc: Exception

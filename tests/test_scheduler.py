@@ -292,3 +292,30 @@ interval = "1s"
     counts = today["substrate"].value_counts()
     assert counts["two-a-day"] == 2
     assert counts["one-minute-ish"] == 1
+
+
+def test_budgets_count_rollouts_still_running(tmp_path: Path) -> None:
+    """With concurrency > 1 a rollout in flight isn't stored yet; the budget check counts it
+    (and the minutes its environment has used so far) so that two plans can't both take the
+    last rollout of the day."""
+    budgets = """
+[[substrates]]
+name = "one-a-day"
+kind = "local"
+max_rollouts_per_day = 1
+[[substrates]]
+name = "a-minute-a-day"
+kind = "local"
+max_env_minutes_per_day = 1
+"""
+    conf = _config(tmp_path, "", extra_substrates=budgets)
+    prober = Prober(conf)
+    with Store(conf.database) as store:
+        assert prober._over_budget(conf.substrates["one-a-day"], store) is None
+        prober._in_flight["one-a-day"] = [time.monotonic()]
+        assert "1 of 1 rollouts" in prober._over_budget(conf.substrates["one-a-day"], store)
+        prober._in_flight["a-minute-a-day"] = [time.monotonic() - 30]
+        assert prober._over_budget(conf.substrates["a-minute-a-day"], store) is None
+        prober._in_flight["a-minute-a-day"] = [time.monotonic() - 90]
+        why = prober._over_budget(conf.substrates["a-minute-a-day"], store)
+        assert why is not None and "environment-minutes" in why
