@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from rtax import __version__, fixtures, paths, reaper, stats, workloads
-from rtax.config import ConfigError, SubstrateConfig
+from rtax.config import ConfigError, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, FixtureError, GitServer
 from rtax.image import ImageError
 from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
@@ -459,15 +459,14 @@ def _substrate(
     While ``rtax emulate`` serves its kind (and `use_emulation`), a built-in cloud name or an
     ``emulate = true`` entry probes that emulation, its samples labelled ``emulated``."""
     from rtax import emulation
-    from rtax.scheduler import default_factory
     from rtax.substrates import NAMED
 
     params = {k: v for k, v in overrides.items() if v is not None}
     conf = _configured(name, config_path)
     if conf is None and name not in NAMED:
-        known = sorted(set(NAMED))
+        known = ", ".join(builtin_names())
         raise UnknownSubstrate(
-            f"unknown substrate {name!r} (built in: {', '.join(known)}; or define it in rtax.toml)"
+            f"unknown substrate {name!r} (built in: {known}; or define it in rtax.toml)"
         )
     if conf is None:
         kind, builtin = NAMED[name]
@@ -485,7 +484,7 @@ def _substrate(
         if log is not None:
             log(f"{name}: probing the {conf.kind} emulation of `rtax emulate` (fidelity emulated)")
     try:
-        return default_factory(conf, params)
+        return build_substrate(conf, params)
     except TypeError as exc:
         raise UsageError(f"substrate {name} does not take {', '.join(params)}: {exc}") from None
     except Exception as exc:  # e.g. docker.errors.DockerException: no engine

@@ -24,7 +24,7 @@ from typing import Any
 from rtax import paths, workloads
 from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
-from rtax.substrates import REGISTRY, substrate_class
+from rtax.substrates import REGISTRY, get_substrate, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
@@ -95,6 +95,22 @@ class Config:
     concurrency: int
     deadline_s: float
     misfire_grace_s: float
+
+
+def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
+    """The substrate a configuration entry describes: its parameters, each ``*_env`` one
+    replaced by the value of the environment variable it names (read now, never stored), then
+    `overrides`. The one place where a configured name becomes a substrate (CLI and scheduler)."""
+    params = {k: v for k, v in conf.params.items() if not k.endswith("_env")}
+    params.update(
+        {
+            k[:-4]: os.environ[v]
+            for k, v in conf.params.items()
+            if k.endswith("_env") and v in os.environ
+        }
+    )
+    params.update(overrides or {})
+    return get_substrate(conf.kind, name=conf.name, **params)
 
 
 def duration(value: Any) -> float:

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from rtax import budget, fixtures, reaper, workloads
-from rtax.config import Config, Plan, SubstrateConfig
+from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, GitServer
 from rtax.probe import ProbeOptions, RolloutRecord, failed_record, run_rollout
 from rtax.store import Store
-from rtax.substrates import get_substrate, substrate_class
+from rtax.substrates import substrate_class
 from rtax.substrates.base import Substrate
 from rtax.workloads import RepoSource
 
@@ -46,19 +46,6 @@ log = logging.getLogger("rtax.scheduler")
 
 #: Builds a substrate from its configuration (injectable: tests hand in their own).
 Factory = Callable[[SubstrateConfig, dict[str, Any]], Substrate]
-
-
-def default_factory(conf: SubstrateConfig, overrides: dict[str, Any]) -> Substrate:
-    params = {k: v for k, v in conf.params.items() if not k.endswith("_env")}
-    params.update(
-        {
-            k[:-4]: os.environ[v]
-            for k, v in conf.params.items()
-            if k.endswith("_env") and v in os.environ
-        }
-    )
-    params.update(overrides)
-    return get_substrate(conf.kind, name=conf.name, **params)
 
 
 class LockHeld(RuntimeError):
@@ -108,7 +95,7 @@ class Prober:
         self,
         config: Config,
         *,
-        factory: Factory = default_factory,
+        factory: Factory = build_substrate,
         fixture: Fixture | None = None,
         clock_start: datetime | None = None,
     ) -> None:

@@ -30,8 +30,9 @@ def test_published_state_counts_only_while_its_publisher_holds_the_lock(tmp_path
         publisher.publish(params)
         assert emulation.running(path=path) == params
         assert (path.stat().st_mode & 0o077) == 0  # this user's only: it holds a (fake) key
-        with pytest.raises(emulation.EmulationsBusy, match="already serves"):
+        with pytest.raises(emulation.EmulationsBusy, match="already serves") as busy:
             emulation.Publisher(path).acquire()  # a second `rtax emulate` refuses at once
+        assert f"pid {os.getpid()}" in str(busy.value)  # and says whom to stop
     assert not path.exists() and emulation.running(path=path) == {}
 
 

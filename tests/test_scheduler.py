@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from rtax import config
-from rtax.config import SubstrateConfig
-from rtax.scheduler import LockHeld, Prober, SchedulerLock, default_factory
+from rtax.config import SubstrateConfig, build_substrate
+from rtax.scheduler import LockHeld, Prober, SchedulerLock
 from rtax.store import Store
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
@@ -80,7 +80,7 @@ def factory(tmp_path: Path, attrs_fixture):
             calls["flaky"] += 1
         if conf.kind == "local":
             return LocalSubstrate(name=conf.name, **params, **overrides)
-        return default_factory(conf, overrides)
+        return build_substrate(conf, overrides)
 
     return make
 

@@ -22,9 +22,8 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from rtax import workloads
-from rtax.config import SubstrateConfig
+from rtax.config import SubstrateConfig, build_substrate
 from rtax.probe import run_rollout
-from rtax.scheduler import default_factory
 from rtax.store import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -50,7 +49,7 @@ def _kubernetes(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     conf = SubstrateConfig("kubernetes", "kubernetes", {**emu.substrate_params(), "token_env": VAR})
     return Planted(
         secret,
-        default_factory(conf, {}),
+        build_substrate(conf, {}),
         lambda: emu.inject("create", 403, message=f"token {secret} is not allowed"),
         emu.stop,
     )
@@ -65,7 +64,7 @@ def _daytona(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     monkeypatch.setenv(VAR, secret)
     params = {k: v for k, v in emu.substrate_params().items() if k != "api_key"}
     conf = SubstrateConfig("daytona", "daytona", {**params, "api_key_env": VAR})
-    sub = default_factory(conf, {})
+    sub = build_substrate(conf, {})
 
     def close() -> None:
         sub.close()
@@ -76,7 +75,12 @@ def _daytona(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
 
 def _ec2(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     """AWS's credential chain reads the environment, so the secret goes there; fidelity real
-    makes the substrate use that chain (with fidelity emulated it sends fixed fake keys)."""
+    makes the substrate use that chain (with fidelity emulated it sends fixed fake keys).
+
+    Unlike the others, the refusal here does not echo the secret: AWS never has it to echo
+    (SigV4 signs with the key, never sends it), and botocore's own DEBUG log prints response
+    bodies verbatim, which no substrate can redact. What this case checks is that nothing rtax
+    records or shows carries the key from the environment."""
     from rtax.emulation.ec2 import Ec2Emulation
 
     secret = "rtax-planted-aws-secret-key-9d41e7"
@@ -88,7 +92,7 @@ def _ec2(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     conf = SubstrateConfig("ec2", "ec2", {**emu.substrate_params(), "fidelity": "real"})
     return Planted(
         secret,
-        default_factory(conf, {}),
+        build_substrate(conf, {}),
         lambda: emu.refuse_run_instances("UnauthorizedOperation", times=1),
         emu.stop,
     )

@@ -18,10 +18,9 @@ import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax import workloads
-from rtax.config import SubstrateConfig
+from rtax.config import SubstrateConfig, build_substrate
 from rtax.emulation.daytona import DaytonaEmulation, parse_command
 from rtax.probe import ProbeOptions, run_rollout
-from rtax.scheduler import default_factory
 from rtax.store import Store
 from rtax.substrates import get_substrate
 from rtax.substrates.base import LABEL, CommandResult, Environment, SubstrateError, clock
@@ -339,7 +338,7 @@ def test_api_key_never_reaches_the_store_or_describe(
         kind="daytona",
         params={**params, "api_key_env": "RTAX_TEST_DAYTONA_KEY", "backoff_s": 0.01},
     )
-    sub = default_factory(conf, {})
+    sub = build_substrate(conf, {})
     assert isinstance(sub, DaytonaSubstrate)
     try:
         assert key not in json.dumps(sub.describe())

@@ -18,7 +18,6 @@ from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax import reaper, workloads
 from rtax.probe import run_rollout
 from rtax.store import Store
-from rtax.substrates import by_name
 from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment, ExecError
 from rtax.substrates.docker import DockerSubstrate
 from rtax.substrates.docker_session import MAX_OUTPUT
@@ -73,7 +72,9 @@ def env_of(request):
 
 @pytest.fixture
 def docker_gvisor(runner_image: str, gvisor: None) -> DockerSubstrate:
-    sub = by_name("docker-gvisor")
+    from rtax.cli import _substrate
+
+    sub = _substrate("docker-gvisor", use_emulation=False)  # the name as `rtax probe` builds it
     assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc"
     return sub
 

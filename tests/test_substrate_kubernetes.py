@@ -463,8 +463,7 @@ def test_token_is_sent_and_never_recorded(
 ) -> None:
     """Through the configuration path: ``token_env`` names the variable, the scheduler's
     factory reads it."""
-    from rtax.config import SubstrateConfig
-    from rtax.scheduler import default_factory
+    from rtax.config import SubstrateConfig, build_substrate
 
     secret = "s3cr3t-token-never-stored"
     with KubernetesEmulation(image=runner_image, token=secret) as emu:
@@ -472,7 +471,7 @@ def test_token_is_sent_and_never_recorded(
         assert run_rollout(anonymous, workloads.build("T0")).run["error_class"] == "create_failed"
         monkeypatch.setenv("RTAX_TEST_K8S_TOKEN", secret)
         params = {**emu.substrate_params(), "token_env": "RTAX_TEST_K8S_TOKEN"}
-        sub = default_factory(
+        sub = build_substrate(
             SubstrateConfig(name="k8s-token", kind="kubernetes", params=params), {}
         )
         ok = run_rollout(sub, workloads.build("T0"))

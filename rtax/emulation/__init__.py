@@ -48,6 +48,11 @@ class Emulation(Protocol):
         """Stop serving and remove every container this emulation made."""
         ...
 
+    @property
+    def url(self) -> str:
+        """Where it listens (http://127.0.0.1:PORT), once started."""
+        ...
+
     def substrate_params(self) -> dict[str, Any]:
         """Constructor parameters that point a substrate of `kind` at this emulation; they
         include ``fidelity="emulated"`` and never a real credential."""
@@ -132,8 +137,13 @@ class Publisher:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            try:
+                holder = f" (pid {json.loads(self.path.read_text())['pid']})"
+            except (OSError, ValueError, KeyError):
+                holder = ""  # still starting: it publishes once its emulations serve
             raise EmulationsBusy(
-                f"another `rtax emulate` already serves from {self.path.parent}; stop it first"
+                f"another `rtax emulate`{holder} already serves from {self.path.parent}; "
+                "stop it first"
             ) from None
         self._fd = fd
 
@@ -226,15 +236,6 @@ def overlay(emulated: dict[str, Any], configured: dict[str, Any]) -> dict[str, A
     return {**kept, **emulated, "fidelity": "emulated"}
 
 
-def endpoint(params: dict[str, Any]) -> str:
-    """The address an emulation's substrate parameters point at (each client names it
-    differently)."""
-    for key in ("endpoint", "host", "endpoint_url", "api_url"):
-        if params.get(key):
-            return str(params[key])
-    return "?"
-
-
 def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
     """Start the emulations of `kinds_` (building the runner image their environments run in,
     if missing); on any failure stop those already started and re-raise."""
@@ -247,7 +248,7 @@ def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
             emu = get_emulation(kind)
             started.append(emu)  # stop() is idempotent: a half-started one is stopped too
             emu.start()
-            log(f"{kind} emulation serving at {endpoint(emu.substrate_params())}")
+            log(f"{kind} emulation serving at {emu.url}")
     except BaseException:
         stop_all(started)
         raise

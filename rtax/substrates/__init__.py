@@ -62,13 +62,3 @@ def get_substrate(kind: str, name: str | None = None, **params: Any) -> Substrat
 def names() -> list[str]:
     """Built-in substrate names, sorted."""
     return sorted(NAMED)
-
-
-def by_name(name: str, **overrides: Any) -> Substrate:
-    """Build the built-in substrate called `name` (e.g. "docker-gvisor"), with `overrides`."""
-    try:
-        kind, params = NAMED[name]
-    except KeyError:
-        known = ", ".join(names())
-        raise UnknownSubstrate(f"unknown substrate {name!r} (known: {known})") from None
-    return get_substrate(kind, name=name, **{**params, **overrides})
