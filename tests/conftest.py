@@ -190,19 +190,10 @@ def pytest_deselected(items):  # type: ignore[no-untyped-def]
 
 
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    from contract import coverage_problems
+
     required = [k for k in os.environ.get("RTAX_REQUIRE_CONTRACT", "").split(",") if k]
-    problems = []
-    if required and _contract_deselected:
-        problems.append(
-            f"{len(_contract_deselected)} contract tests deselected, e.g. {_contract_deselected[0]}"
-        )
-    for kind in required:
-        outcomes = _contract_outcomes.get(kind, [])
-        if not outcomes:
-            problems.append(f"{kind}: its contract suite did not run")
-        elif any(o != "passed" for o in outcomes):
-            bad = sorted({o for o in outcomes if o != "passed"})
-            problems.append(f"{kind}: contract tests {', '.join(bad)}")
+    problems = coverage_problems(required, _contract_outcomes, _contract_deselected)
     if problems:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

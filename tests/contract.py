@@ -40,6 +40,27 @@ def assert_phases_add_up(record: RolloutRecord) -> None:
         assert run["time_to_first_command_s"] <= run["episode_s"] <= run["wall_s"]
 
 
+def coverage_problems(
+    required: list[str], outcomes: dict[str, list[str]], deselected: list[str]
+) -> list[str]:
+    """Why the contract coverage falls short of `required` kinds, one line each (none: it holds).
+
+    `outcomes` maps a kind to the outcome of each of its contract tests ("passed", "skipped",
+    "failed"); `deselected` lists contract tests that never ran. Used by conftest under
+    ``RTAX_REQUIRE_CONTRACT`` so that CI can't pass with a kind silently left out."""
+    problems = []
+    if required and deselected:
+        problems.append(f"{len(deselected)} contract tests deselected, e.g. {deselected[0]}")
+    for kind in required:
+        seen = outcomes.get(kind, [])
+        if not seen:
+            problems.append(f"{kind}: its contract suite did not run")
+        elif any(o != "passed" for o in seen):
+            bad = sorted({o for o in seen if o != "passed"})
+            problems.append(f"{kind}: contract tests {', '.join(bad)}")
+    return problems
+
+
 def assert_clean(substrate: Substrate, record: RolloutRecord) -> None:
     assert record.run["cleanup_ok"] == 1
     assert record.run["cleanup_s"] is not None
