@@ -10,7 +10,8 @@ chosen = filters.current()
 runs = data.runs(data.database(), chosen.key)
 st.caption(
     "Episode time of each tier's fixed script: from the create request to the end of its last "
-    "action. Successful runs only; n in every legend and table."
+    "action. Successful runs only; n in every legend and table. Spreads leave out series "
+    "marked '(toolchain ≠ floor)' (they ran other programs) unless the sidebar lets them in."
 )
 log = st.toggle("Log axis", value=True, key="cold_start_log")
 fixed = runs[runs["steps"] == 0] if not runs.empty else runs
@@ -22,7 +23,8 @@ for tier in sorted(fixed["tier"].unique()):
     st.subheader(f"{tier}")
     fidelities = [f for f in FIDELITIES if f in set(table["fidelity"])]
     for column, fidelity in zip(st.columns(max(len(fidelities), 1)), fidelities, strict=False):
-        ratio, fastest, slowest = tables.spread(table, fidelity)
+        comparable = tables.cold_start(filters.for_comparison(tier_runs, chosen))
+        ratio, fastest, slowest = tables.spread(comparable, fidelity)
         label = f"{tier} spread, {fidelity} series (p50 slowest / fastest)"
         if fastest is None:
             column.metric(label, "n/a", help="needs two series of this fidelity with data")

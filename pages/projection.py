@@ -10,8 +10,12 @@ from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
 chosen = filters.current()
-runs = data.runs(data.database(), chosen.key)
+runs = filters.for_comparison(data.runs(data.database(), chosen.key), chosen)
 
+st.caption(
+    "Only series that ran the local floor's workload toolchain are projected (series marked "
+    "'(toolchain ≠ floor)' timed other programs); the sidebar can let them in."
+)
 a, b, c, d = st.columns(4)
 trajectories = a.number_input(
     "Trajectories", min_value=1, value=1_000_000, step=10_000, key="proj_trajectories"

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
-from rtax import __version__, fixtures, paths, reaper, stats, workloads
+from rtax import __version__, fixtures, paths, reaper, stats, toolchain, workloads
 from rtax.config import ConfigError, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, FixtureError, GitServer
 from rtax.image import ImageError
@@ -28,6 +28,7 @@ from rtax.store import Store, StoreError
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates import names as builtin_names
 from rtax.substrates.base import Substrate, SubstrateError
+from rtax.toolchain import ToolchainError
 from rtax.workloads import RepoSource, WorkloadError
 
 EXIT_USAGE = 2
@@ -246,7 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"which to serve: {', '.join(emulation_kinds())} (default: all)",
     )
 
-    fix = sub.add_parser("fixtures", help="build the offline attrs fixture (a no-op if built)")
+    fix = sub.add_parser(
+        "fixtures",
+        help="build the offline attrs fixture and the local workload toolchain (no-ops if built)",
+    )
     fix.add_argument("--force", action="store_true", help="rebuild even if up to date")
     fix.add_argument(
         "--serve", action="store_true", help="then serve it over git:// until interrupted"
@@ -289,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         WorkloadError,
         UnknownSubstrate,
         ImageError,
+        ToolchainError,
     ) as exc:
         print(f"rtax {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -753,6 +758,9 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
         f"  fix      {fixture.fix_patch_path}\n"
         f"  clone    {fixture.bare_repo}"
     )
+    # The workload toolchain is the fixture's other half: the programs the workloads run.
+    bin_dir = toolchain.ensure_local(lambda m: print(m, file=sys.stderr))
+    print(f"workload toolchain (Python {toolchain.load().python}) at {bin_dir.parent}")
     if not args.serve:
         return 0
     with GitServer(fixture.root, host=args.host, port=args.port) as server:

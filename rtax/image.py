@@ -23,19 +23,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rtax import fixtures
+from rtax import fixtures, toolchain
 from rtax.fixtures import Fixture
 
 BASE_IMAGE = "rtax-base:bookworm"
 RUNNER_IMAGE = "rtax-runner:latest"
+#: The base holds the interpreter and the tools the workloads call; pytest and hypothesis come
+#: from the workload toolchain, never from Debian (README.md#the-workload-toolchain).
 BASE_PACKAGES = (
     "python3",
-    "python3-pytest",
-    "python3-hypothesis",
     "git",
     "ca-certificates",
     "procps",
 )
+#: Names the base's contents; a base built from another package list is rebuilt.
+BASE_RECIPE = hashlib.sha256(" ".join(BASE_PACKAGES).encode()).hexdigest()[:16]
 DOCKERFILE = Path(__file__).parent / "images" / "runner.Dockerfile"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -56,10 +58,15 @@ def _client() -> Any:
 
 
 def recipe(fixture: Fixture, base: str) -> str:
+    """What the runner image is made of: Dockerfile, fixture, base, toolchain pins and script."""
     digest = hashlib.sha256()
     digest.update(DOCKERFILE.read_bytes())
     digest.update(fixture.recipe.encode())
     digest.update(base.encode())
+    if base == BASE_IMAGE:
+        digest.update(BASE_RECIPE.encode())
+    digest.update(toolchain.PIN_FILE.read_bytes())
+    digest.update(toolchain.INSTALL_SCRIPT.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -104,6 +111,8 @@ def build_base(client: Any, *, mirror: str | None = None) -> str:
                 'CMD ["/bin/sh"]',
                 "--change",
                 "ENV LANG=C.UTF-8",
+                "--change",
+                f"LABEL rtax.base-recipe={BASE_RECIPE}",
                 "-",
                 staging,
             ],
@@ -137,7 +146,11 @@ def ensure_runner(*, base: str = BASE_IMAGE, force: bool = False, log: Any = pri
     labels = _image_labels(client, RUNNER_IMAGE)
     if not force and labels is not None and labels.get("rtax.recipe") == want:
         return client.images.get(RUNNER_IMAGE).id
-    if base == BASE_IMAGE and (force or _image_labels(client, BASE_IMAGE) is None):
+    toolchain.download(log)
+    base_labels = _image_labels(client, BASE_IMAGE) if base == BASE_IMAGE else {}
+    if base == BASE_IMAGE and (
+        force or base_labels is None or base_labels.get("rtax.base-recipe") != BASE_RECIPE
+    ):
         log(f"building {BASE_IMAGE} with mmdebstrap (a minute or two, once)...")
         build_base(client)
     log(f"building {RUNNER_IMAGE} from {base}...")
@@ -145,6 +158,7 @@ def ensure_runner(*, base: str = BASE_IMAGE, force: bool = False, log: Any = pri
         context = Path(tmp)
         shutil.copy(DOCKERFILE, context / "Dockerfile")
         shutil.copytree(fixture.template, context / "template", symlinks=True)
+        toolchain.stage(context)
         import docker.errors
 
         try:

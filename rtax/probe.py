@@ -304,6 +304,7 @@ class _Rollout:
             "host": provenance["host"],
             "rtax_version": provenance["rtax_version"],
             "endpoint": describe.get("endpoint"),
+            "toolchain": (describe.get("toolchain") or {}).get("digest"),
             "provenance": json.dumps(provenance, sort_keys=True, default=str),
         }
         return RolloutRecord(run=run, actions=self.actions)

@@ -196,15 +196,34 @@ def workload_label(tier: str, steps: int) -> str:
     return tier if not steps else f"{tier} S={int(steps)}"
 
 
-def add_series(runs: pd.DataFrame) -> pd.DataFrame:
+#: Appended to the series label of runs whose workload toolchain is not the local floor's.
+NOT_COMPARABLE = " (toolchain ≠ floor)"
+
+
+def comparable(runs: pd.DataFrame, floor: str | None) -> pd.Series:
+    """Which runs ran the local floor's workload toolchain (README.md#the-workload-toolchain).
+
+    A run whose toolchain digest differs from `floor`, or is unknown, timed other programs and
+    is not comparable. With no floor measured yet there is nothing to differ from: every run
+    counts as comparable."""
+    if floor is None or "toolchain" not in runs:
+        return pd.Series(True, index=runs.index)
+    return runs["toolchain"].eq(floor)
+
+
+def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
     """`runs` with a `series` column, so that modes and fidelities are never mixed silently,
-    and a `workload` column (tier, or tier and trajectory length). Vectorized: it runs on every
-    dashboard read of up to 100,000 runs."""
+    a `comparable` column (the floor's toolchain, see `comparable`; the label of a run that is
+    not says so, so that it never merges into a comparable series), and a `workload` column
+    (tier, or tier and trajectory length). Vectorized: it runs on every dashboard read of up
+    to 100,000 runs."""
     out = runs.copy()
     if out.empty:
         out["series"] = pd.Series(dtype=str)
         out["workload"] = pd.Series(dtype=str)
+        out["comparable"] = pd.Series(dtype=bool)
         return out
+    out["comparable"] = comparable(out, floor).to_numpy()
     # The rules of series_label / workload_label, applied once per distinct key and mapped back
     # (a few keys, up to 100,000 runs: the dashboard reads this on every page).
     codes, keys = pd.factorize(
@@ -213,6 +232,7 @@ def add_series(runs: pd.DataFrame) -> pd.DataFrame:
         )
     )
     out["series"] = np.array([series_label(*k) for k in keys], dtype=object)[codes]
+    out.loc[~out["comparable"], "series"] += NOT_COMPARABLE
     codes, keys = pd.factorize(
         pd.MultiIndex.from_arrays([out["tier"], out["steps"].fillna(0).astype(int)])
     )

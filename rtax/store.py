@@ -71,7 +71,7 @@ ACTION_COLUMNS: dict[str, type] = {
 
 
 #: Every column of runs, in order, as of the latest schema.
-RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode", "plan", "scheduled_at")
+RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode", "plan", "scheduled_at", "toolchain")
 
 
 class StoreError(RuntimeError):
@@ -115,12 +115,20 @@ def _v4(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
 
 
+def _v5(db: sqlite_utils.Database) -> None:
+    """The workload toolchain's digest on every run (README.md#the-workload-toolchain), so that
+    a series whose toolchain differs from the local floor's can be told apart; older rows have
+    none (unknown)."""
+    db.execute("ALTER TABLE [runs] ADD COLUMN [toolchain] TEXT")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
     (2, _v2),
     (3, _v3),
     (4, _v4),
+    (5, _v5),
 )
 ROLLUP_COLUMNS = (
     "substrate",
@@ -316,6 +324,15 @@ class Store:
             f"FROM runs {where} GROUP BY substrate, fidelity ORDER BY substrate, fidelity"
         )
         return pd.read_sql_query(sql, self.db.conn, params=params)
+
+    def floor_toolchain(self) -> str | None:
+        """The toolchain digest of the newest successful real `local` run: the floor that
+        other series are comparable to (README.md#the-workload-toolchain)."""
+        row = self.db.execute(
+            "SELECT toolchain FROM runs WHERE kind = 'local' AND fidelity = 'real' "
+            "AND status = 'ok' AND toolchain IS NOT NULL ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()
+        return row[0] if row else None
 
     def count_actions(self, **filters: Any) -> int:
         where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)

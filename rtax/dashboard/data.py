@@ -33,6 +33,7 @@ RUN_FIELDS = (
     "fidelity",
     "status",
     "error_class",
+    "toolchain",
     *stats.PHASE_COLUMNS,
     "wall_s",
     "time_to_first_command_s",
@@ -116,7 +117,8 @@ def runs(db: str, key: FilterKey) -> pd.DataFrame:
         return _empty_runs()
     with store:
         frame = store.runs(columns=RUN_FIELDS, **_query(key))
-    return stats.add_series(frame) if not frame.empty else _empty_runs()
+        floor = store.floor_toolchain()
+    return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
 import streamlit as st
 
 from rtax.dashboard import data
@@ -31,6 +32,8 @@ class Filters:
     substrates: tuple[str, ...] = ()  # empty: all
     tiers: tuple[str, ...] = ()
     fidelities: tuple[str, ...] = ()
+    #: let series whose workload toolchain differs from the floor's into spreads and projections
+    include_incomparable: bool = False
 
     @property
     def key(self) -> data.FilterKey:
@@ -68,10 +71,26 @@ def sidebar(db: str) -> Filters:
             "modelled: injected latencies. Series are labelled by fidelity and mode and "
             "never merged.",
         )
+        incomparable = st.toggle(
+            "Include series not comparable to the floor",
+            value=False,
+            key="f_incomparable",
+            help="A series marked '(toolchain ≠ floor)' ran other programs than the local "
+            "floor (another pytest, another Python): its numbers are not the substrate's tax "
+            "alone. Spreads and projections leave such series out unless this is on.",
+        )
         st.caption(f"Database: `{db}`")
-    chosen = Filters(window, tuple(substrates), tuple(tiers), tuple(fidelities))
+    chosen = Filters(window, tuple(substrates), tuple(tiers), tuple(fidelities), incomparable)
     st.session_state[_STATE] = chosen
     return chosen
+
+
+def for_comparison(runs: pd.DataFrame, chosen: Filters) -> pd.DataFrame:
+    """The runs that spreads and projections may compare: the floor's toolchain only, unless
+    the user opted in to the others."""
+    if chosen.include_incomparable or runs.empty:
+        return runs
+    return runs[runs["comparable"].astype(bool)]
 
 
 def current() -> Filters:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
+from rtax import toolchain
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates.base import (
     LABEL,
@@ -306,6 +307,7 @@ class DockerSubstrate:
             from rtax.image import ensure_runner
 
             ensure_runner(log=log)
+            self.toolchain_fingerprint()
         else:
             try:
                 self.api.inspect_image(self.image)
@@ -355,6 +357,7 @@ class DockerSubstrate:
             "image": self.image,
             "image_id": image_id,
             "image_digests": digests,
+            "toolchain": self.toolchain_fingerprint(image_id),
             "runtime": self.runtime or self._default_runtime(),
             "cpus": self.cpus,
             "memory": self.memory,
@@ -362,6 +365,43 @@ class DockerSubstrate:
             "mode": self.mode,
             "client": {"docker": metadata.version("docker")},
         }
+
+    def toolchain_fingerprint(self, image_id: str | None = None) -> dict[str, Any] | None:
+        """The image's workload toolchain, as its ``python3`` reports it (README.md#the-workload-
+        toolchain). Asked once per engine and image id, in a throw-away container, outside any
+        timed phase (provenance is taken before a rollout's clock starts)."""
+        if image_id is None:
+            try:
+                image_id = self.api.inspect_image(self.image)["Id"]
+            except _docker().errors.ImageNotFound:
+                return None
+        key = (self.api.base_url, image_id)
+        if key not in _TOOLCHAINS:
+            _TOOLCHAINS[key] = _image_toolchain(self.api, image_id)
+        return _TOOLCHAINS[key]
+
+
+#: (engine, image id) -> toolchain fingerprint; an image's contents never change under its id.
+_TOOLCHAINS: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+
+def _image_toolchain(api: Any, image_id: str) -> dict[str, Any] | None:
+    """Run the fingerprint script in a container of `image_id`; None if it can't say."""
+    container = api.create_container(
+        image_id, command=["python3", "-I", "-c", toolchain.FINGERPRINT_SCRIPT]
+    )["Id"]
+    try:
+        api.start(container)
+        status = api.wait(container, timeout=120).get("StatusCode")
+        out = api.logs(container, stdout=True, stderr=False).decode("utf-8", "replace")
+        if status != 0 or not out.strip():
+            return None
+        return toolchain.parse_fingerprint(out)
+    except Exception:  # an image without python3 has no toolchain to report
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            api.remove_container(container, force=True)
 
 
 def _interface_ipv4(name: str) -> str | None:

@@ -4,6 +4,11 @@ Why it exists: it is the embedded default (no engine, no account) and the floor 
 substrate is compared to: whatever a container or a VM adds on top of "a directory and a shell"
 is that substrate's tax. Phases (README.md#measurement-model): create = copy the preloaded template
 into a new directory; orchestration = nothing to wait for; ready = the first `true`.
+
+A floor must run the same programs as what stands on it: commands see the workload toolchain
+(`rtax.toolchain`, the same pinned wheels as the runner image, in a venv of the system's
+interpreter) first on PATH, and an allow-listed environment shaped like a container's, never the
+project's venv nor the scheduler's own variables (credentials included).
 """
 
 from __future__ import annotations
@@ -15,13 +20,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rtax import paths
+from rtax import paths, toolchain
 from rtax.substrates.base import (
     LABEL,
     CleanupFailed,
@@ -35,6 +39,8 @@ from rtax.substrates.base import (
     clock,
 )
 
+#: The system's standard folders, after the toolchain on every command's PATH (as in the image).
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The label file written into every environment; its presence is what marks a leftover.
 LABEL_FILE = ".rtax-env.json"
 
@@ -51,21 +57,38 @@ class LocalSubstrate:
         root: str | os.PathLike[str] | None = None,
         template: str | os.PathLike[str] | None = None,
         shell: str = "/bin/sh",
+        toolchain: str | os.PathLike[str] | None = None,
     ) -> None:
         self.name = name
         self.root = Path(root) if root else paths.local_envs_dir()
         self.template = Path(template) if template else paths.fixtures_dir() / "template"
         self.shell = shell
-        self._env = self.command_env()
+        #: the toolchain's bin folder; None: the pinned one, built by `prepare` when missing
+        self._toolchain = Path(toolchain) if toolchain else None
+        self._base_env: dict[str, str] | None = None
+        self._fingerprint: dict[str, Any] | None = None
 
-    @staticmethod
-    def command_env() -> dict[str, str]:
-        """The environment commands see: this Python's bin first, so `python3` has pytest."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env.setdefault("LC_ALL", "C.UTF-8")
-        return env
+    def toolchain_bin(self, log: Callable[[str], None] = print) -> Path:
+        """The workload toolchain's bin folder (built once, outside any timed phase)."""
+        if self._toolchain is None:
+            self._toolchain = toolchain.ensure_local(log)
+        return self._toolchain
+
+    def command_env(self) -> dict[str, str]:
+        """What commands see: an allow-list shaped like the runner image's environment.
+
+        Nothing of this process's environment passes through (no credentials, no venv, no
+        PYTHONPATH); PATH is the toolchain, then the system's standard folders."""
+        if self._base_env is None:
+            self._base_env = {
+                "PATH": os.pathsep.join([str(self.toolchain_bin()), SYSTEM_PATH]),
+                "LANG": "C.UTF-8",
+                "LC_ALL": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                # the image has no /etc/gitconfig; a host's must not change what git does here
+                "GIT_CONFIG_NOSYSTEM": "1",
+            }
+        return self._base_env
 
     def create(self, run_id: str) -> Environment:
         workdir = self.root / f"rtax-{run_id}"
@@ -88,8 +111,11 @@ class LocalSubstrate:
             if isinstance(exc, OSError):
                 raise CreateFailed(f"cannot make {workdir}: {exc}") from exc
             raise
+        command_env = {**self.command_env(), "HOME": str(workdir)}
         env = Environment(
-            env_id=str(workdir), run_id=run_id, handle={"path": workdir, "groups": set()}
+            env_id=str(workdir),
+            run_id=run_id,
+            handle={"path": workdir, "groups": set(), "env": command_env},
         )
         env.mark("created")
         return env
@@ -106,7 +132,7 @@ class LocalSubstrate:
             proc = subprocess.Popen(
                 [self.shell, "-c", command],
                 cwd=env.handle["path"],
-                env=self._env,
+                env=env.handle["env"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -184,6 +210,14 @@ class LocalSubstrate:
     def prepare(self, log: Callable[[str], None]) -> None:
         if not self.template.is_dir():
             log(f"note: no template at {self.template}; environments start empty")
+        self.toolchain_bin(log)
+        self.toolchain_fingerprint()
+
+    def toolchain_fingerprint(self) -> dict[str, Any]:
+        """The toolchain as the workloads' ``python3`` sees it (asked once, then cached)."""
+        if self._fingerprint is None:
+            self._fingerprint = toolchain.fingerprint("python3", env=self.command_env())
+        return self._fingerprint
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -192,7 +226,7 @@ class LocalSubstrate:
             "root": str(self.root),
             "template": str(self.template),
             "shell": self.shell,
-            "python": sys.executable,
+            "toolchain": self.toolchain_fingerprint(),
         }
 
 

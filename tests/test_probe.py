@@ -1,0 +1,229 @@
+"""The probe runner against a fake substrate on a fake clock: every phase, every action latency,
+the episode, time-to-first-command and the overhead are checked against values worked out by hand
+(README.md#measurement-model).
+
+Why a fake clock: `overhead` is defined as wall time minus the phases, so "phases + overhead =
+wall" holds by construction and tests nothing. Here each substrate call advances the clock by a
+known amount, and harness work (the workload's own checks) advances it by another known amount,
+so each figure has an independent expected value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from rtax.probe import ProbeOptions, run_rollout
+from rtax.substrates.base import (
+    CommandResult,
+    Environment,
+    ExecError,
+    Leftover,
+)
+from rtax.workloads import Action, Workload
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class FakeSubstrate:
+    """Each protocol call takes a scripted time on the fake clock; commands take what their
+    table says."""
+
+    kind = "fake"
+    fidelity = "real"
+    mode = "exec"
+
+    def __init__(self, clock: FakeClock, durations: dict[str, float], commands: dict[str, Any]):
+        self.name = "fake"
+        self.clock = clock
+        self.durations = durations
+        self.commands = commands  # command -> (seconds, exit code, stdout) or an exception
+        self.calls: list[str] = []
+
+    def create(self, run_id: str) -> Environment:
+        self.calls.append("create")
+        self.clock.advance(self.durations["create"])
+        return Environment(env_id="fake-1", run_id=run_id)
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        self.calls.append("wait_running")
+        self.clock.advance(self.durations["orchestration"])
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        self.calls.append(command)
+        outcome = self.commands[command]
+        if isinstance(outcome, list):  # a sequence of outcomes, one per call
+            outcome = outcome.pop(0)
+        if isinstance(outcome, Exception):
+            self.clock.advance(0.25)
+            raise outcome
+        seconds, code, out = outcome
+        self.clock.advance(seconds)
+        return CommandResult(code, out, "", seconds)
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        self.calls.append("destroy")
+        self.clock.advance(self.durations["cleanup"])
+
+    def leftovers(self) -> list[Leftover]:
+        return []
+
+    def remove_leftover(self, leftover: Leftover) -> None:  # pragma: no cover - not called
+        pass
+
+    def host_address(self) -> str:
+        return "127.0.0.1"
+
+    def prepare(self, log: Any) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "endpoint": "fake://"}
+
+
+@dataclass(frozen=True)
+class SlowCheckAction(Action):
+    """An action whose success check (harness code, between substrate calls) takes time."""
+
+    clock: FakeClock | None = None
+    check_s: float = 0.0
+
+    def check(self, exit_code: int, stdout: str) -> str | None:
+        assert self.clock is not None
+        self.clock.advance(self.check_s)
+        return super().check(exit_code, stdout)
+
+
+DURATIONS = {"create": 1.5, "orchestration": 2.25, "cleanup": 0.75}
+PROVENANCE = {"host": "test", "rtax_version": "0", "substrate": {"endpoint": "fake://"}}
+
+
+def _run(sub: FakeSubstrate, clock: FakeClock, workload: Workload, **options: Any):
+    return run_rollout(
+        sub,
+        workload,
+        run_id="r1",
+        now=clock,
+        provenance=PROVENANCE,
+        options=ProbeOptions(**options),
+    )
+
+
+def test_phases_episode_and_overhead_are_the_scripted_durations() -> None:
+    clock = FakeClock()
+    sub = FakeSubstrate(
+        clock,
+        DURATIONS,
+        {
+            "true": (0.125, 0, ""),
+            "clone": (3.0, 0, ""),
+            "a": (0.5, 0, "ok"),
+            "b": (0.0625, 0, "ok"),
+        },
+    )
+    workload = Workload(
+        "T2",
+        2,
+        0,
+        setup=(Action("setup", "clone"),),
+        actions=(
+            SlowCheckAction("exec", "a", expect_stdout="ok", clock=clock, check_s=0.01),
+            SlowCheckAction("inspect", "b", expect_stdout="ok", clock=clock, check_s=0.02),
+        ),
+    )
+    record = _run(sub, clock, workload)
+    run = record.run
+    assert run["status"] == "ok", run["error_message"]
+    assert run["create_s"] == 1.5
+    assert run["orchestration_s"] == 2.25
+    assert run["ready_s"] == 0.125
+    assert run["setup_s"] == 3.0
+    assert run["actions_s"] == 0.5625  # 0.5 + 0.0625: the checks are not the substrate's time
+    assert run["cleanup_s"] == 0.75
+    # the harness's own time, and only it: the two slow checks
+    assert run["overhead_s"] == pytest.approx(0.03, abs=1e-12)
+    assert run["time_to_first_command_s"] == 1.5 + 2.25 + 0.125
+    # episode: create request to the end of the last action, the last check included
+    assert run["episode_s"] == pytest.approx(1.5 + 2.25 + 0.125 + 3.0 + 0.5625 + 0.03)
+    assert run["wall_s"] == pytest.approx(run["episode_s"] + 0.75)
+    rows = [(a["phase"], a["idx"], a["latency_s"], a["ok"]) for a in record.actions]
+    assert rows == [
+        ("ready", 0, 0.125, 1),
+        ("setup", 0, 3.0, 1),
+        ("action", 0, 0.5, 1),
+        ("action", 1, 0.0625, 1),
+    ]
+    # each action's offset from the create request, as worked out from the script
+    offsets = [a["t_offset_s"] for a in record.actions]
+    assert offsets == pytest.approx([3.75, 3.875, 6.875, 7.385])
+    assert sub.calls == ["create", "wait_running", "true", "clone", "a", "b", "destroy"]
+
+
+def test_a_failed_action_keeps_its_latency_and_stops_the_episode() -> None:
+    clock = FakeClock()
+    sub = FakeSubstrate(
+        clock,
+        DURATIONS,
+        {"true": (0.125, 0, ""), "a": (0.5, 0, "ok"), "b": (0.25, 2, "")},
+    )
+    workload = Workload(
+        "T1", 0, 0, actions=(Action("exec", "a"), Action("exec", "b"), Action("exec", "never"))
+    )
+    record = _run(sub, clock, workload)
+    run = record.run
+    assert run["status"] == "failed"
+    assert run["error_class"] == "workload_failed"
+    assert run["actions_s"] == 0.75
+    assert run["episode_s"] is None  # no episode without its last action
+    assert run["time_to_first_command_s"] == 1.5 + 2.25 + 0.125
+    assert run["cleanup_s"] == 0.75 and run["cleanup_ok"] == 1
+    assert run["n_actions_done"] == 1
+    assert [a["ok"] for a in record.actions] == [1, 1, 0]
+    assert "never" not in sub.calls
+
+
+def test_a_refused_first_command_is_ready_time_not_overhead() -> None:
+    """Two refused attempts (0.25 s each on the fake clock), then success: the ready phase is
+    the whole span; each attempt is its own row."""
+    clock = FakeClock()
+    refusals = [ExecError("not yet"), ExecError("not yet"), (0.125, 0, "")]
+    sub = FakeSubstrate(clock, DURATIONS, {"true": refusals, "a": (0.5, 0, "")})
+    workload = Workload("T0", 0, 0, actions=(Action("exec", "a"),))
+    record = _run(sub, clock, workload)
+    run = record.run
+    assert run["status"] == "ok", run["error_message"]
+    ready_rows = [a for a in record.actions if a["phase"] == "ready"]
+    assert [r["ok"] for r in ready_rows] == [0, 0, 1]
+    assert [r["latency_s"] for r in ready_rows] == [0.25, 0.25, 0.125]
+    # the back-off pauses between attempts are real sleeps, not on the fake clock, so the
+    # fake ready phase is exactly the three attempts
+    assert run["ready_s"] == 0.625
+    assert run["overhead_s"] == 0.0
+    assert run["time_to_first_command_s"] == 1.5 + 2.25 + 0.625
+
+
+def test_the_deadline_ends_a_rollout_and_cleanup_still_runs() -> None:
+    clock = FakeClock()
+    sub = FakeSubstrate(
+        clock, DURATIONS, {"true": (0.125, 0, ""), "a": (10.0, 0, ""), "b": (1.0, 0, "")}
+    )
+    workload = Workload("T1", 0, 0, actions=(Action("exec", "a"), Action("exec", "b")))
+    record = _run(sub, clock, workload, deadline_s=12.0)
+    run = record.run
+    assert run["error_class"] == "deadline_exceeded"
+    assert "b" not in sub.calls  # 1.5 + 2.25 + 0.125 + 10 = 13.875 s > 12 s
+    assert run["cleanup_s"] == 0.75
+    assert run["actions_s"] == 10.0
