@@ -31,8 +31,9 @@ RUN set -eux; \
     /opt/venv/bin/pip install --no-cache-dir --quiet --upgrade pip; \
     /opt/venv/bin/pip install --no-cache-dir --quiet -r requirements.txt; \
     /opt/venv/bin/pip install --no-cache-dir --quiet --no-deps .; \
-    RTAX_FIXTURES_DIR=/opt/rtax/fixtures /opt/venv/bin/python -m rtax fixtures; \
-    rm -rf /opt/rtax/cache /app/build-ca.crt; \
+    RTAX_FIXTURES_DIR=/opt/rtax/fixtures RTAX_TOOLCHAIN_DIR=/opt/rtax/toolchain \
+        /opt/venv/bin/python -m rtax fixtures; \
+    rm -rf /opt/rtax/cache /app/data/cache /app/build-ca.crt; \
     chown -R rtax /opt/rtax
 COPY app.py rtax.toml ./
 COPY pages ./pages
@@ -42,6 +43,7 @@ RUN mkdir -p /app/data && chown rtax /app/data
 ENV PATH=/opt/venv/bin:$PATH \
     RTAX_DATA_DIR=/app/data \
     RTAX_FIXTURES_DIR=/opt/rtax/fixtures \
+    RTAX_TOOLCHAIN_DIR=/opt/rtax/toolchain \
     RTAX_CONFIG=/app/rtax.toml \
     PYTHONUNBUFFERED=1
 USER rtax

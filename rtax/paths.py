@@ -37,6 +37,13 @@ def fixtures_dir() -> Path:
     return Path(env) if env else data_dir() / "fixtures"
 
 
+def toolchain_dir() -> Path:
+    """Where the local floor's workload toolchain venvs live (README.md#the-workload-toolchain).
+    `RTAX_TOOLCHAIN_DIR` moves them (the app image builds one outside the data volume)."""
+    env = os.environ.get("RTAX_TOOLCHAIN_DIR")
+    return Path(env) if env else data_dir() / "cache" / "toolchain"
+
+
 def local_envs_dir() -> Path:
     """Where the local substrate makes its per-rollout working directories."""
     env = os.environ.get("RTAX_LOCAL_ROOT")

@@ -254,7 +254,7 @@ def _minor_of(python: str) -> str | None:
 def local_dir(pins: Pins | None = None) -> Path:
     """The local floor's toolchain venv (one per pin-file recipe)."""
     pins = pins or load()
-    return paths.data_dir() / "cache" / "toolchain" / f"{pins.recipe}-py{pins.python}"
+    return paths.toolchain_dir() / f"{pins.recipe}-py{pins.python}"
 
 
 def ensure_local(log: Callable[[str], None] = print, pins: Pins | None = None) -> Path:
