@@ -58,6 +58,7 @@ test: fixtures lint docker browser
 bench: fixtures docker
 	$(PY) benchmarks/bench_local.py
 	$(PY) benchmarks/bench_docker.py
+	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_dashboard.py
 
 clean:
