@@ -74,7 +74,7 @@ def summarize(values: Iterable[float], quantiles: Sequence[float] = QUANTILES) -
         "mean": float(arr.mean()) if arr.size else math.nan,
     }
     for q in quantiles:
-        out[f"p{q:g}"] = float(np.percentile(arr, q)) if arr.size else math.nan
+        out[f"p{q:g}"] = percentile(arr, q)
     return out
 
 
