@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from rtax import projection
 from rtax.dashboard import data, figures, filters, style, tables
 
 st.title("Amortization")
@@ -10,10 +11,12 @@ runs = data.runs(data.database(), chosen.key)
 left, right = st.columns(2)
 which = left.segmented_control(
     "Statistic of the points",
-    ["p50", "mean", "p95"],
-    default="p50",
+    list(projection.STATISTICS),
+    default=projection.TOTAL,
     key="amort_stat",
     required=True,
+    help="The mean by default: the fitted lines (least squares over every run) follow it, and "
+    "so do totals (N × mean). p50/p95 points show the typical and the slow trajectory.",
 )
 overlay = right.toggle(
     "Published reference points",

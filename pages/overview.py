@@ -3,6 +3,7 @@
 import streamlit as st
 
 from rtax.dashboard import data, filters, style, tables
+from rtax.sketch import EXACT_LIMIT
 
 st.title("Overview")
 chosen = filters.current()
@@ -31,8 +32,9 @@ def live() -> None:
         st.subheader("Including rolled-up history")
         st.caption(
             "Raw samples past the retention age are folded into hourly/daily rollups with "
-            "quantile sketches; these percentiles merge both (within 1% of the raw answer for "
-            "large windows; README.md#retention)."
+            "quantile sketches; these percentiles merge both with the same rule as the table "
+            f"above (linear interpolation): exactly the raw answer up to {EXACT_LIMIT} samples "
+            "per row, within 1% beyond (README.md#retention)."
         )
         style.table(history)
 

@@ -23,8 +23,25 @@ trajectories = a.number_input(
 steps = b.number_input("Actions per trajectory", min_value=1, value=150, step=10, key="proj_steps")
 workers = c.number_input("Parallel workers", min_value=1, value=1_000, step=100, key="proj_workers")
 which = d.segmented_control(
-    "Statistic", list(projection.STATISTICS), default="p50", key="proj_stat", required=True
+    "Seconds per trajectory",
+    list(projection.STATISTICS),
+    default=projection.TOTAL,
+    format_func=lambda s: "mean (total)" if s == projection.TOTAL else f"what-if {s}",
+    key="proj_stat",
+    required=True,
+    help="; ".join(f"{k}: {v}" for k, v in projection.LABELS.items()),
 )
+if which == projection.TOTAL:
+    st.caption(
+        "Worker-hours and costs are totals: N trajectories take N × mean seconds (the sum of "
+        "their times). N × p50 would under-state a right-skewed distribution such as cold "
+        "starts; p50 and p95 are offered as what-ifs only (README.md#statistics)."
+    )
+else:
+    st.warning(
+        f"What-if: {projection.LABELS[which]}. These hours are not the expected total, which "
+        "is N × mean (choose “mean (total)”)."
+    )
 
 found, lacking = projection.estimates(runs, int(steps), which, by="series")
 if found:
@@ -65,7 +82,8 @@ if found:
         st.plotly_chart(
             figures.projection_bars(
                 table,
-                f"{int(trajectories):,} trajectories × {int(steps)} actions ({which}, {fidelity})",
+                f"{int(trajectories):,} trajectories × {int(steps)} actions "
+                f"({projection.LABELS[which]}, {fidelity})",
             ),
             key=f"proj_bars_{fidelity}",
         )

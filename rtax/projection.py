@@ -4,11 +4,17 @@ Why a model at all (README.md#projection): fleet planners ask "what does this su
 over a million trajectories?". The answer is worker-hours = seconds per trajectory x count / 3600,
 where seconds per trajectory comes from measurements:
 
-- if trajectories of exactly the requested length were measured, their statistic (p50, mean or
-  p95 of the episode time) is used directly ("measured");
+- if trajectories of exactly the requested length were measured, their statistic of the episode
+  time is used directly ("measured");
 - else, if at least two lengths were measured, the line T(S) = fixed + S x per_action through the
   per-length statistics is used ("fitted");
 - else the substrate lacks data for the projection, and the caller says so.
+
+Totals use the mean (README.md#statistics): N trajectories take N x mean seconds (the sum of
+their times), whatever the distribution. N x p50 under-states a right-skewed one such as cold
+starts: samples [1, 1, 1, 10] s over 1,000 rollouts take 3,250 s, not 1,000 x p50 = 1,000 s. So
+the mean is the default everywhere a total is computed; p50 and p95 are offered only as named
+what-ifs ("what if every rollout took the p50"), never as the total.
 """
 
 from __future__ import annotations
@@ -23,11 +29,21 @@ import pandas as pd
 from rtax.reference import Scenario
 from rtax.stats import fit_trajectory, successful, summarize
 
-STATISTICS = ("p50", "mean", "p95")
+#: The statistic of a total: N x mean is the sum of N rollouts' times.
+TOTAL = "mean"
+#: Every statistic offered, the total first; the others are what-ifs.
+STATISTICS = (TOTAL, "p50", "p95")
+#: How each statistic is named wherever a projection is shown.
+LABELS = {
+    "mean": "mean (the total: N × mean = the sum)",
+    "p50": "what if every rollout took the p50",
+    "p95": "what if every rollout took the p95",
+}
 
 
 def worker_hours(seconds_per_trajectory: float, trajectories: float) -> float:
-    """Worker-hours spent: the study's formula, overhead x count / 3600."""
+    """Worker-hours spent: the study's formula, overhead x count / 3600. A total only when
+    `seconds_per_trajectory` is a mean (see the module docstring)."""
     return seconds_per_trajectory * trajectories / 3600.0
 
 
@@ -38,7 +54,7 @@ def scenario_hours(scenario: Scenario) -> float:
 
 
 def statistic(values: Sequence[float] | pd.Series, which: str) -> float:
-    """p50, mean or p95 of the finite values, as `rtax.stats` computes them; NaN if none."""
+    """mean, p50 or p95 of the finite values, as `rtax.stats` computes them; NaN if none."""
     if which not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {which!r}")
     return summarize(values, (50, 95))[which]
@@ -57,10 +73,13 @@ class Estimate:
 
 
 def estimates(
-    runs: pd.DataFrame, steps: int, which: str = "p50", by: str = "substrate"
+    runs: pd.DataFrame, steps: int, which: str = TOTAL, by: str = "substrate"
 ) -> tuple[dict[str, Estimate], dict[str, str]]:
     """Per substrate, an `Estimate` of a `steps`-action trajectory, and the substrates that lack
-    data (with the reason). Only successful trajectory runs (steps > 0) count."""
+    data (with the reason). Only successful trajectory runs (steps > 0) count.
+
+    `which` is the mean by default: seconds x count is then the total. With p50 or p95 the
+    basis says "what-if", so a table never passes one off as a total."""
     found: dict[str, Estimate] = {}
     lacking: dict[str, str] = {}
     if runs.empty:
@@ -74,9 +93,10 @@ def estimates(
         per_length = group.groupby("steps")["episode_s"]
         points = {int(s): statistic(v, which) for s, v in per_length}
         counts = {int(s): len(v) for s, v in per_length}
+        what_if = "" if which == TOTAL else "what-if: "
         if steps in points:
             found[name] = Estimate(
-                name, points[steps], f"measured {which} at S={steps}", counts[steps]
+                name, points[steps], f"{what_if}measured {which} at S={steps}", counts[steps]
             )
             continue
         fit = fit_trajectory(list(points), list(points.values()))
@@ -88,7 +108,7 @@ def estimates(
         found[name] = Estimate(
             name,
             fit.predict(steps),
-            f"fitted {which} over S={lengths}",
+            f"{what_if}fitted {which} over S={lengths}",
             sum(counts.values()),
             fit.fixed_s,
             fit.per_action_s,

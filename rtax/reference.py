@@ -38,6 +38,9 @@ class Scenario:
     """One published worker-hour figure and the inputs it comes from.
 
     worker-hours = (per_rollout_s + per_action_s * steps) * rollouts / 3600
+
+    A per-rollout figure times the count is a total only if the figure is a mean; when rtax
+    projects its own measurements it feeds this formula their mean (README.md#projection).
     """
 
     name: str

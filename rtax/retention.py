@@ -8,11 +8,11 @@ classes of the failures, for every phase and derived metric and for per-action l
 raw rows are deleted and the file compacted.
 
 `window` answers a percentile query over any window, whether its samples are raw, rolled up or
-both: raw samples are sketched the same way and merged. Tolerance: within `sketch.ALPHA` (1%)
-relative of the nearest-rank percentile; against the interpolated percentile of the raw
-samples, within 2% for windows of a few hundred samples per group (sparser tails can differ by
-the gap between two neighbouring samples). Rolled-up buckets count in a window when their
-start is inside it, so old windows are aligned to hours (or days).
+both: raw samples are sketched the same way and merged, and read back with the raw path's
+percentile rule (`rtax.stats.percentile`, linear interpolation). Tolerance: exact while a group
+holds at most `sketch.EXACT_LIMIT` samples in the window, within `sketch.ALPHA` (1%) relative
+of the raw percentile beyond (positive samples). The mean is exact (sum / n). Rolled-up buckets
+count in a window when their start is inside it, so old windows are aligned to hours (or days).
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def window(
     raw: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per group: runs, n, success rate, mean and percentiles of `metric` over a window that may
-    span raw samples and rollups (see the module docstring for the tolerance).
+    span raw samples and rollups (see the module docstring for the tolerance: exact up to
+    `sketch.EXACT_LIMIT` samples, within 1% beyond).
 
     `raw`: the window's raw runs when the caller already has them (the dashboard's cached
     read), so they are not read twice."""

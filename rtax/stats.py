@@ -7,7 +7,10 @@ from the same samples, and tests feed these functions hand-made numbers. Rules k
 - failed rollouts never enter latency statistics; the success rate stands beside every figure;
 - percentiles of phases do not add up, so stacked decompositions use means (`phase_means`).
 
-Percentiles use linear interpolation between closest ranks (numpy's default, Hyndman & Fan type 7).
+Percentiles use linear interpolation between closest ranks (numpy's default, Hyndman & Fan type 7):
+rank h = q/100 x (n - 1), value = x[floor h] + (h - floor h) x (x[floor h + 1] - x[floor h]). It is
+the one percentile rule of rtax: `rtax.sketch` reads rolled-up history back with `ranks` and `lerp`
+below, so history and fresh data agree on the same samples.
 """
 
 from __future__ import annotations
@@ -45,6 +48,24 @@ def percentile(values: Iterable[float], q: float) -> float:
     return float(np.percentile(arr, q))
 
 
+def ranks(q: float, n: int) -> tuple[int, int, float]:
+    """The two closest ranks (0-based) of the q-th percentile of n > 0 sorted samples and the
+    weight of the upper one, exactly as numpy's "linear" method computes them (so that a value
+    read through `lerp` equals `np.percentile` bit for bit)."""
+    h = (n - 1) * (q / 100)
+    if h >= n - 1:
+        return n - 1, n - 1, 0.0
+    lower = math.floor(h)
+    return lower, lower + 1, h - lower
+
+
+def lerp(a: float, b: float, t: float) -> float:
+    """a + t (b - a), written as numpy's quantile does (from the nearer end, so t = 1 gives b
+    exactly)."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
 def summarize(values: Iterable[float], quantiles: Sequence[float] = QUANTILES) -> dict[str, float]:
     """n, mean and the requested percentiles of the finite values."""
     arr = _finite(values)
@@ -53,7 +74,7 @@ def summarize(values: Iterable[float], quantiles: Sequence[float] = QUANTILES) -
         "mean": float(arr.mean()) if arr.size else math.nan,
     }
     for q in quantiles:
-        out[f"p{q:g}"] = float(np.percentile(arr, q)) if arr.size else math.nan
+        out[f"p{q:g}"] = percentile(arr, q)
     return out
 
 

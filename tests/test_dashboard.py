@@ -149,7 +149,7 @@ def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> N
 def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     at = _app(seeded, monkeypatch, "pages/projection.py")
     runs = _runs(seeded)
-    found, lacking = projection.estimates(runs, 150, "p50", by="series")
+    found, lacking = projection.estimates(runs, 150, "mean", by="series")
     table = projection.project(
         {k: e.seconds for k, e in found.items()}, trajectories=1_000_000, workers=1_000
     )
@@ -167,6 +167,45 @@ def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     at.number_input(key="proj_trajectories").set_value(2_000_000).run()
     doubled = at.dataframe[0].value
     assert doubled["worker_hours"].tolist() == pytest.approx([2 * h for h in table["worker_hours"]])
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory) -> Path:
+    """One real series, four 150-action trajectories of 1, 1, 1 and 10 s."""
+    path = tmp_path_factory.mktemp("skewed") / "skewed.db"
+    with Store(path) as store:
+        for i, episode in enumerate((1.0, 1.0, 1.0, 10.0)):
+            store.save_rollout(_record(i, "local", "T2", 150, episode))
+    return path
+
+
+def test_projection_totals_use_the_mean_and_p50_is_a_what_if(skewed: Path, monkeypatch) -> None:
+    """1,000 trajectories of [1, 1, 1, 10] s take 3,250 s (N x mean); the p50 what-if says
+    1,000 s and is labelled as one."""
+    at = _app(skewed, monkeypatch, "pages/projection.py")
+    at.number_input(key="proj_trajectories").set_value(1_000).run()
+    assert at.segmented_control(key="proj_stat").value == "mean"  # the default
+    row = at.dataframe[0].value.iloc[0]
+    assert row["seconds_per_trajectory"] == 3.25
+    assert row["worker_hours"] * 3600 == pytest.approx(3_250.0)
+    assert row["basis"] == "measured mean at S=150"
+    assert any("N × mean" in c.value for c in at.caption)  # the page says why
+    assert not at.warning
+    at.segmented_control(key="proj_stat").set_value("p50").run()
+    row = at.dataframe[0].value.iloc[0]
+    assert row["worker_hours"] * 3600 == pytest.approx(1_000.0)
+    assert row["basis"].startswith("what-if")
+    assert any("What-if" in w.value and "not the expected total" in w.value for w in at.warning)
+
+
+def test_amortization_points_default_to_the_mean(skewed: Path, monkeypatch) -> None:
+    at = _app(skewed, monkeypatch, "pages/amortization.py")
+    points = at.dataframe[-1].value
+    assert points["seconds"].tolist() == [3.25]
+    assert points["per_action_s"].tolist() == pytest.approx([3.25 / 150])
+    at.segmented_control(key="amort_stat").set_value("p95").run()
+    # p95 of [1, 1, 1, 10]: rank 2.85 -> 1 + 0.85 x 9
+    assert at.dataframe[-1].value["seconds"].tolist() == pytest.approx([8.65])
 
 
 def test_amortization_fits_and_crossover(seeded: Path, monkeypatch) -> None:
@@ -247,6 +286,13 @@ def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
     assert "Including rolled-up history" in [h.value for h in at.subheader]
     history = at.dataframe[1].value.iloc[0]
     assert (history["series"], history["episode_n"], history["runs"]) == ("docker", 6, 6)
+    # Rolled up or raw, the same samples give the same percentiles (one rule, exact up to the
+    # sketch's limit): sorted [0.2, 0.22, 0.25, 0.3, 0.3, 0.4], p50 at rank 2.5 -> 0.275.
+    episodes = [0.2, 0.3, 0.25, 0.22, 0.4, 0.3]
+    assert history["episode_p50_s"] == stats.percentile(episodes, 50)
+    assert history["episode_p50_s"] == pytest.approx(0.275)
+    assert history["episode_p95_s"] == stats.percentile(episodes, 95)
+    assert any("exactly the raw answer" in c.value for c in at.caption)
 
 
 def test_overview_shows_todays_spend_beside_budgets(tmp_path: Path, monkeypatch) -> None:

@@ -83,13 +83,42 @@ def test_estimates_measured_fitted_and_lacking() -> None:
     )
     found, lacking = projection.estimates(runs, steps=50, which="p50")
     assert found["fit"].seconds == pytest.approx(2.0 + 0.5 * 50)
-    assert found["fit"].basis.startswith("fitted p50 over S=10,150")
+    assert found["fit"].basis.startswith("what-if: fitted p50 over S=10,150")
     assert (found["fit"].fixed_s, found["fit"].per_action_s) == pytest.approx((2.0, 0.5))
     assert found["exact"].seconds == 25.0 and found["exact"].n == 2
-    assert found["exact"].basis == "measured p50 at S=50"
+    assert found["exact"].basis == "what-if: measured p50 at S=50"
     assert set(lacking) == {"one", "none"}
     assert "two lengths" in lacking["one"]
     p95, _ = projection.estimates(runs, steps=50, which="p95")
     assert p95["exact"].seconds == pytest.approx(29.5)
     with pytest.raises(ValueError):
         projection.estimates(runs, steps=50, which="p42")
+
+
+def test_totals_use_the_mean_by_default_and_p50_is_a_named_what_if() -> None:
+    """Samples [1, 1, 1, 10] s: 1,000 rollouts take 1,000 x 3.25 = 3,250 s in total; 1,000 x p50
+    (1 s) = 1,000 s would under-state it by more than 3x."""
+    runs = _runs([("skewed", 50, t, "ok") for t in (1.0, 1.0, 1.0, 10.0)])
+    found, _ = projection.estimates(runs, steps=50)  # the default statistic
+    assert found["skewed"].seconds == 3.25
+    assert found["skewed"].basis == "measured mean at S=50"  # no what-if label on the total
+    total = projection.project({"skewed": found["skewed"].seconds}, trajectories=1_000)
+    assert total["worker_hours"].iloc[0] * 3600 == pytest.approx(3_250.0)
+    what_if, _ = projection.estimates(runs, steps=50, which="p50")
+    assert what_if["skewed"].basis.startswith("what-if")
+    p50_total = projection.project({"skewed": what_if["skewed"].seconds}, trajectories=1_000)
+    assert p50_total["worker_hours"].iloc[0] * 3600 == pytest.approx(1_000.0)
+    assert projection.STATISTICS[0] == projection.TOTAL == "mean"
+    assert "what if" in projection.LABELS["p50"] and "what if" in projection.LABELS["p95"]
+
+
+def test_fitted_total_goes_through_the_per_length_means() -> None:
+    # S=10: [2, 2, 8] s (mean 4, p50 2); S=110: [12, 12, 18] s (mean 14): line 3 + 0.1 S.
+    runs = _runs(
+        [("s", 10, t, "ok") for t in (2.0, 2.0, 8.0)]
+        + [("s", 110, t, "ok") for t in (12.0, 12.0, 18.0)]
+    )
+    found, _ = projection.estimates(runs, steps=60)
+    assert found["s"].seconds == pytest.approx(3.0 + 0.1 * 60)
+    assert (found["s"].fixed_s, found["s"].per_action_s) == pytest.approx((3.0, 0.1))
+    assert found["s"].basis == "fitted mean over S=10,110"

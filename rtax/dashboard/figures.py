@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from rtax import reference
-from rtax.stats import PHASE_COLUMNS, successful
+from rtax.stats import PHASE_COLUMNS, percentile, successful
 
 ECDF_POINTS = 400
 PHASE_COLORS = {
@@ -40,7 +40,7 @@ def box(runs: pd.DataFrame, metric: str, title: str, log: bool = False) -> go.Fi
         v = _values(runs, series, metric)
         if v.size == 0:
             continue
-        q1, med, q3 = np.percentile(v, [25, 50, 75])
+        q1, med, q3 = (percentile(v, q) for q in (25, 50, 75))  # the one percentile rule
         iqr = q3 - q1
         low = v[v >= q1 - 1.5 * iqr].min()
         high = v[v <= q3 + 1.5 * iqr].max()

@@ -106,9 +106,10 @@ def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def trajectory_points(runs: pd.DataFrame, which: str = "p50") -> pd.DataFrame:
+def trajectory_points(runs: pd.DataFrame, which: str = projection.TOTAL) -> pd.DataFrame:
     """Per series and trajectory length S (> 0): n, success rate, the statistic of the
-    trajectory time, and the amortized per-action latency (that time / S)."""
+    trajectory time (the mean unless asked: it is what the fitted lines and totals follow), and
+    the amortized per-action latency (that time / S)."""
     columns = ["series", "steps", "runs", "n", "success_rate", "seconds", "per_action_s"]
     traj = runs[runs["steps"] > 0] if not runs.empty else runs
     if traj.empty:
