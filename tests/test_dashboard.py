@@ -335,3 +335,42 @@ def test_fidelity_note_only_when_something_is_not_real() -> None:
     assert tables.fidelity_note(["real", "real"]) is None
     note = tables.fidelity_note(["real", "emulated", "modelled"])
     assert "**emulated**" in note and "**modelled**" in note
+
+
+@pytest.fixture(scope="module")
+def mixed_toolchains(tmp_path_factory) -> Path:
+    """T0 episodes by hand: local (toolchain "floor") 1.0, 1.0 s; docker on the floor's toolchain
+    2.0, 2.0 s; docker-old on another toolchain 8.0, 8.0 s; kind local gives the floor."""
+    path = tmp_path_factory.mktemp("toolchains") / "mixed.db"
+    with Store(path) as store:
+        i = 0
+        for substrate, kind, digest, episode in (
+            ("local", "local", "floor", 1.0),
+            ("docker", "docker", "floor", 2.0),
+            ("docker-old", "docker", "debian", 8.0),
+        ):
+            for _ in range(2):
+                record = _record(i, substrate, "T0", 0, episode, kind=kind)
+                record.run["toolchain"] = digest
+                store.save_rollout(record)
+                i += 1
+    return path
+
+
+def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
+    mixed_toolchains: Path, monkeypatch
+) -> None:
+    at = _app(mixed_toolchains, monkeypatch, "pages/cold_start.py")
+    _ok(at, "Cold start")
+    shown = set(at.dataframe[0].value["series"])
+    assert shown == {"local", "docker", "docker-old (toolchain ≠ floor)"}
+    # spread over the comparable series only: 2.0 / 1.0
+    assert at.metric[0].value == "2.0×"
+    # opted in (through session state, set before the first run: AppTest drops the
+    # entrypoint's sidebar from its tree after it)
+    st.cache_data.clear()
+    opted = AppTest.from_file(APP, default_timeout=60)
+    opted.session_state["f_incomparable"] = True
+    opted.run()
+    opted.switch_page("pages/cold_start.py").run()
+    assert opted.metric[0].value == "8.0×"  # 8.0 / 1.0
