@@ -5,8 +5,8 @@ same interpreter minor version, and say so in every run's provenance."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -73,7 +73,9 @@ def test_a_wheel_whose_hash_differs_is_not_used(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "pytest-9.2.0-py3-none-any.whl").write_bytes(b"not the pinned wheel")
     (folder / "installer-0.7.0-py3-none-any.whl").write_bytes(b"x")
-    with pytest.raises(toolchain.ToolchainError, match=re.escape("pytest==9.2.0, installer==0.7.0")):
+    with pytest.raises(
+        toolchain.ToolchainError, match=re.escape("pytest==9.2.0, installer==0.7.0")
+    ):
         toolchain.wheels(pins, folder)
 
 
