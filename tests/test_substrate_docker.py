@@ -70,13 +70,36 @@ def env_of(request):
 # -- gVisor ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def docker_gvisor(runner_image: str, gvisor: None) -> DockerSubstrate:
+def _gvisor(mode: str) -> DockerSubstrate:
     from rtax.cli import _substrate
 
-    sub = _substrate("docker-gvisor", use_emulation=False)  # the name as `rtax probe` builds it
-    assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc"
+    # the name as `rtax probe --substrate docker-gvisor --mode MODE` builds it
+    sub = _substrate("docker-gvisor", use_emulation=False, mode=mode)
+    assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc" and sub.mode == mode
     return sub
+
+
+class TestDockerGvisorExecContract(SubstrateContract):
+    """gVisor passes the whole contract like runc does (the same image, the same workloads)."""
+
+    kind, substrate_name = "docker", "docker-gvisor"  # whom a skip is counted against
+
+    @pytest.fixture
+    def substrate(self, runner_image: str, gvisor: None) -> DockerSubstrate:
+        return _gvisor("exec")
+
+
+class TestDockerGvisorSessionContract(SubstrateContract):
+    kind, substrate_name = "docker", "docker-gvisor"
+
+    @pytest.fixture
+    def substrate(self, runner_image: str, gvisor: None) -> DockerSubstrate:
+        return _gvisor("session")
+
+
+@pytest.fixture
+def docker_gvisor(runner_image: str, gvisor: None) -> DockerSubstrate:
+    return _gvisor("exec")
 
 
 def test_gvisor_really_runs_under_runsc(docker_gvisor: DockerSubstrate, env_of) -> None:
