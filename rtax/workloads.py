@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import random
 import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 TIERS = ("T0", "T1", "T2")
+
+_T = TypeVar("_T")
 
 #: The fixed mix of a trajectory, as (category, share); shares add up to 1.
 MIX = (("inspect", 0.4), ("exec", 0.3), ("edit", 0.2), ("test", 0.1))
@@ -221,55 +225,161 @@ def trajectory(steps: int, seed: int) -> tuple[Action, ...]:
             actions.append(_exec(rng))
         elif cat == "edit":
             if pending_edit is None:
-                pending_edit = f"src/attr/{rng.choice(_SOURCES)}"
-                actions.append(Action("edit", f"sed -i '1i # rtax edit {i}' repo/{pending_edit}"))
+                pending_edit = _edit_target(rng)
+                actions.append(_edit_insert(pending_edit, i))
             else:
-                actions.append(Action("edit", f"git -C repo checkout --quiet -- {pending_edit}"))
+                actions.append(_edit_revert(pending_edit))
                 pending_edit = None
         else:
-            actions.append(
-                Action("test", _test_cmd(rng.choice(FAST_TESTS)), expect_stdout="1 passed")
-            )
+            actions.append(_fast_test(rng))
     return tuple(actions)
 
 
-def _inspect(rng: random.Random) -> Action:
-    kind = rng.randrange(5)
-    src = rng.choice(_SOURCES)
-    if kind == 0:
-        return Action("inspect", "ls -la repo/src/attr", expect_stdout=src)
-    if kind == 1:
-        start = rng.randrange(1, 200)
-        return Action("inspect", f"sed -n '{start},{start + 40}p' repo/src/attr/{src}")
-    if kind == 2:
-        pattern = rng.choice(_GREP_PATTERNS)
-        return Action("inspect", f"grep -rn {shlex.quote(pattern)} repo/src/attr/{src}")
-    if kind == 3:
-        return Action(
-            "inspect",
-            f"find repo -name {shlex.quote(src)} -not -path '*/.git/*'",
-            expect_stdout=src,
-        )
-    symbol = rng.choice(_SYMBOLS)
+def templates(source: RepoSource) -> tuple[Action, ...]:
+    """One concrete action of every form a workload can produce, in an order one environment can
+    run them: T2's clone (category ``setup``), T0's and T1's fixed actions, every inspection and
+    execution form of a trajectory, a marker edit and its revert, a fast test, then T2's fixed
+    script (failing test, fix, passing test).
+
+    Why: the contract runs each of these once on every substrate, so a form that some runtime
+    can't run (gVisor's statx, say) fails in CI rather than in a measurement. The forms come from
+    the same tables and helpers `trajectory` draws from, so a new form can't be left out; the
+    seeded draws are replaced by `_First` (each range's start, each list's first entry).
+    """
+    first = _First()
+    t2 = build("T2", source=source)
+    forms = [
+        *(form(first, first.choice(_SOURCES)) for form in _INSPECT_FORMS),
+        *(form(first) for form in _EXEC_FORMS),
+    ]
+    target = _edit_target(first)
+    edits = [_edit_insert(target, 0), _edit_revert(target)]
+    return (
+        *t2.setup,
+        *build("T0").actions,
+        *build("T1").actions,
+        *forms,
+        *edits,
+        _fast_test(first),
+        *t2.actions,
+    )
+
+
+class _Draw(Protocol):
+    """What a form draws its parameters from: a seeded `random.Random`, or `_First`."""
+
+    def randrange(self, start: int, stop: int = ..., /) -> int: ...
+
+    def choice(self, seq: Sequence[_T], /) -> _T: ...
+
+
+class _First:
+    """A draw that always takes the first option: `templates`' stand-in for the seeded RNG."""
+
+    def randrange(self, start: int, stop: int | None = None, /) -> int:
+        return 0 if stop is None else start
+
+    def choice(self, seq: Sequence[_T], /) -> _T:
+        return seq[0]
+
+
+# -- trajectory forms: each category's forms are a table that both `trajectory` (through the
+# seeded draw) and `templates` (every entry) use. The order of the tables and of the draws inside
+# each form is part of what a seed means: changing them changes every stored trajectory.
+
+
+def _inspect_ls(draw: _Draw, src: str) -> Action:
+    return Action("inspect", "ls -la repo/src/attr", expect_stdout=src)
+
+
+def _inspect_sed(draw: _Draw, src: str) -> Action:
+    start = draw.randrange(1, 200)
+    return Action("inspect", f"sed -n '{start},{start + 40}p' repo/src/attr/{src}")
+
+
+def _inspect_grep(draw: _Draw, src: str) -> Action:
+    pattern = draw.choice(_GREP_PATTERNS)
+    return Action("inspect", f"grep -rn {shlex.quote(pattern)} repo/src/attr/{src}")
+
+
+def _inspect_find(draw: _Draw, src: str) -> Action:
+    return Action(
+        "inspect",
+        f"find repo -name {shlex.quote(src)} -not -path '*/.git/*'",
+        expect_stdout=src,
+    )
+
+
+def _inspect_astsearch(draw: _Draw, src: str) -> Action:
+    symbol = draw.choice(_SYMBOLS)
     return Action("inspect", f"python3 tools/astsearch.py repo/src {symbol}", expect_stdout=symbol)
 
 
-def _exec(rng: random.Random) -> Action:
-    kind = rng.randrange(5)
-    if kind == 0:
-        src = rng.choice(_SOURCES)
-        return Action(
-            "exec",
-            'python3 -c "import ast; '
-            f"print(len(ast.parse(open('repo/src/attr/{src}').read()).body))\"",
-        )
-    if kind == 1:
-        n = rng.randrange(100, 10_000)
-        return Action(
-            "exec", f"python3 -c 'print(sum(range({n})))'", expect_stdout=str(sum(range(n)))
-        )
-    if kind == 2:
-        return Action("exec", "git -C repo status --short")
-    if kind == 3:
-        return Action("exec", "git -C repo log --oneline -n 5")
+_INSPECT_FORMS: tuple[Callable[[_Draw, str], Action], ...] = (
+    _inspect_ls,
+    _inspect_sed,
+    _inspect_grep,
+    _inspect_find,
+    _inspect_astsearch,
+)
+
+
+def _inspect(draw: _Draw) -> Action:
+    form = _INSPECT_FORMS[draw.randrange(len(_INSPECT_FORMS))]
+    return form(draw, draw.choice(_SOURCES))  # the file is drawn before the form's own draws
+
+
+def _exec_ast_count(draw: _Draw) -> Action:
+    src = draw.choice(_SOURCES)
+    return Action(
+        "exec",
+        'python3 -c "import ast; '
+        f"print(len(ast.parse(open('repo/src/attr/{src}').read()).body))\"",
+    )
+
+
+def _exec_sum(draw: _Draw) -> Action:
+    n = draw.randrange(100, 10_000)
+    return Action("exec", f"python3 -c 'print(sum(range({n})))'", expect_stdout=str(sum(range(n))))
+
+
+def _exec_git_status(draw: _Draw) -> Action:
+    return Action("exec", "git -C repo status --short")
+
+
+def _exec_git_log(draw: _Draw) -> Action:
+    return Action("exec", "git -C repo log --oneline -n 5")
+
+
+def _exec_git_diff(draw: _Draw) -> Action:
     return Action("exec", "git -C repo diff --stat")
+
+
+_EXEC_FORMS: tuple[Callable[[_Draw], Action], ...] = (
+    _exec_ast_count,
+    _exec_sum,
+    _exec_git_status,
+    _exec_git_log,
+    _exec_git_diff,
+)
+
+
+def _exec(draw: _Draw) -> Action:
+    return _EXEC_FORMS[draw.randrange(len(_EXEC_FORMS))](draw)
+
+
+def _edit_target(draw: _Draw) -> str:
+    return f"src/attr/{draw.choice(_SOURCES)}"
+
+
+def _edit_insert(path: str, index: int) -> Action:
+    """A marker comment at the top of `path` (index: the action's position, so each differs)."""
+    return Action("edit", f"sed -i '1i # rtax edit {index}' repo/{path}")
+
+
+def _edit_revert(path: str) -> Action:
+    return Action("edit", f"git -C repo checkout --quiet -- {path}")
+
+
+def _fast_test(draw: _Draw) -> Action:
+    return Action("test", _test_cmd(draw.choice(FAST_TESTS)), expect_stdout="1 passed")

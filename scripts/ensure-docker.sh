@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Make a Docker engine with the gVisor (runsc) runtime answer, for `make test` and `make run`.
 #
-# Where no engine answers and this machine allows it (root, apt), install docker.io, runsc and
-# mmdebstrap from Debian, register runsc as a runtime (with --network=host: the ptrace platform
-# has no netstack of its own here), start dockerd and wait for it. Under CI=true a missing engine
-# is a failure; elsewhere it is one line saying why, and the Docker tests skip.
+# Where no engine answers and this machine allows it (root, apt), install docker.io and mmdebstrap
+# from Debian, install Debian 13's runsc, register it as a runtime, start dockerd and wait for it.
+# Under CI=true anything missing is a failure; elsewhere it is one line saying why, and the Docker
+# tests skip. Idempotent: a run where everything is in place changes nothing, and a machine that
+# has an older runsc registration (Debian 12's /usr/bin/runsc with --platform=ptrace) gets the
+# binary installed and the registration rewritten, and the running engine reloads it (SIGHUP).
+#
+# Why Debian 13's runsc (0.0~20240729), one static binary taken out of its .deb: Debian 12's
+# (20221219) answers coreutils 9's statx with EINVAL, so `ls -la` and `stat` fail in the runner
+# image; it is fetched through a trixie source list of its own, so this system never upgrades.
+# Why these flags (README.md#docker):
+#   --platform=systrap  gVisor's default and fastest platform without KVM; it works here.
+#   --network=host      this runsc's own netstack refuses to start on kernels that show
+#                       /proc/sys/net/core/rmem_default in every network namespace ("cannot run
+#                       with network enabled in root network namespace"); with host, runsc uses
+#                       the container's namespace (Docker's bridge) directly.
 set -uo pipefail
 
 LOG=/var/log/rtax-dockerd.log
 DAEMON_JSON=/etc/docker/daemon.json
+RUNSC_BIN=/usr/local/bin/runsc
+RUNSC_ARGS='["--network=host", "--platform=systrap"]'
+RUNSC_SUITE=trixie
+#: The oldest runsc build (YYYYMMDD) that runs every workload action (coreutils 9's statx).
+RUNSC_MIN_BUILD=20240729
 
 fail_or_note() {
     if [ "${CI:-}" = "true" ]; then
@@ -35,48 +52,113 @@ wait_engine() {  # wait_engine SECONDS PID
     return 1
 }
 
+# The runsc at RUNSC_BIN runs and is at least RUNSC_MIN_BUILD ("runsc version 0.0~20240729.0",
+# or upstream's "runsc version release-20240801.0").
+runsc_current() {
+    local build
+    build=$("$RUNSC_BIN" --version 2>/dev/null | head -n 1 | grep -oE '[0-9]{8}' | head -n 1)
+    [ -n "$build" ] && [ "$build" -ge "$RUNSC_MIN_BUILD" ]
+}
+
+install_runsc() {
+    # apt-get download through a private apt state (its own sources.list, lists and cache): the
+    # system's sources stay what they are, nothing from trixie is installed as a package.
+    local dir
+    dir=$(mktemp -d /tmp/rtax-runsc.XXXXXX) || return 1
+    chown _apt "$dir" 2>/dev/null || true  # apt downloads as _apt, where that user exists
+    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/parts" "$dir/prefs"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+        "http://deb.debian.org/debian $RUNSC_SUITE main" >"$dir/sources.list"
+    local opts=(
+        -o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=$dir/parts"
+        -o "Dir::Etc::preferences=$dir/prefs/none" -o "Dir::Etc::preferencesparts=$dir/prefs"
+        -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache"
+        -o APT::Get::List-Cleanup=0
+    )
+    echo "ensure-docker: fetching runsc from Debian $RUNSC_SUITE into $RUNSC_BIN..." >&2
+    local ok=1
+    if apt-get "${opts[@]}" -qq update >/dev/null &&
+        (cd "$dir" && apt-get "${opts[@]}" -qq download runsc >/dev/null) &&
+        dpkg -x "$dir"/runsc_*.deb "$dir/root" &&
+        install -m 0755 "$dir/root/usr/bin/runsc" "$RUNSC_BIN.new" &&
+        mv -f "$RUNSC_BIN.new" "$RUNSC_BIN"; then
+        ok=0
+    fi
+    rm -rf "$dir"
+    return $ok
+}
+
+# What daemon.json / `docker info` should say for runsc, as one canonical JSON line.
+wanted_runtime() {
+    python3 -c 'import json,sys; print(json.dumps({"path": sys.argv[1], "runtimeArgs": json.loads(sys.argv[2])}, sort_keys=True))' \
+        "$RUNSC_BIN" "$RUNSC_ARGS"
+}
+
+canonical() { python3 -c 'import json,sys; print(json.dumps(json.loads(sys.stdin.read() or "null"), sort_keys=True))' 2>/dev/null; }
+
+# The running engine has runsc registered exactly as wanted (path and flags).
+engine_runsc_ok() {
+    [ "$(docker info --format '{{json .Runtimes.runsc}}' 2>/dev/null | canonical)" = "$(wanted_runtime)" ]
+}
+
+have_runsc_runtime() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
+
 configure_runsc() {
-    # Merge the runsc runtime into daemon.json, keeping whatever else is configured there.
+    # Merge the runsc runtime into daemon.json, keeping whatever else is configured there and
+    # replacing an older runsc entry (path or flags).
     mkdir -p /etc/docker
-    python3 - "$DAEMON_JSON" <<'PY'
+    python3 - "$DAEMON_JSON" "$RUNSC_BIN" "$RUNSC_ARGS" <<'PY'
 import json, os, sys
-path = sys.argv[1]
+path, binary, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 conf = {}
 if os.path.exists(path):
     with open(path) as f:
-        conf = json.load(f) if f.read().strip() else {}
-conf.setdefault("runtimes", {})["runsc"] = {
-    "path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--platform=ptrace"]}
-with open(path, "w") as f:
+        text = f.read()
+    conf = json.loads(text) if text.strip() else {}
+conf.setdefault("runtimes", {})["runsc"] = {"path": binary, "runtimeArgs": args}
+with open(path + ".tmp", "w") as f:
     json.dump(conf, f, indent=2)
+os.replace(path + ".tmp", path)
 PY
 }
 
-have_runsc_runtime() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q runsc; }
+daemon_json_ok() {
+    [ "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("runtimes", {}).get("runsc")))' "$DAEMON_JSON" 2>/dev/null | canonical)" = "$(wanted_runtime)" ]
+}
 
-if engine_up && have_runsc_runtime; then
+reload_engine() {
+    # A running engine reads daemon.json again on SIGHUP (runtimes are reloadable).
+    pkill -HUP -x dockerd || true
+    for _ in $(seq 50); do engine_runsc_ok && return 0; sleep 0.1; done  # poll, bounded
+    return 1
+}
+
+if engine_up && engine_runsc_ok && runsc_current; then
     exit 0
 fi
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    engine_up && have_runsc_runtime &&
+        fail_or_note "the Docker engine's runsc is not $RUNSC_BIN (>= $RUNSC_MIN_BUILD) with $RUNSC_ARGS, and this user can't install it"
     engine_up && fail_or_note "the Docker engine has no runsc runtime and this user can't add it"
     fail_or_note "no Docker engine answers and this user can't install one (needs root and apt)"
 fi
 
-# The runtime is configured before docker.io is installed: where installing it starts dockerd
-# (an init system), that engine then comes up with runsc already.
-if ! grep -q runsc "$DAEMON_JSON" 2>/dev/null; then
+# runsc first, then its registration, then docker.io: where installing docker.io starts dockerd
+# (an init system), that engine comes up with runsc already.
+if ! runsc_current; then
+    install_runsc || fail_or_note "cannot install runsc from Debian $RUNSC_SUITE into $RUNSC_BIN"
+    runsc_current || fail_or_note "$RUNSC_BIN is not runsc >= $RUNSC_MIN_BUILD: $("$RUNSC_BIN" --version 2>&1 | head -n 1)"
+fi
+if ! daemon_json_ok; then
     configure_runsc || fail_or_note "cannot write $DAEMON_JSON"
-    if engine_up; then
-        # A running engine reads daemon.json again on SIGHUP (runtimes are reloadable).
-        pkill -HUP -x dockerd || true
-        for _ in $(seq 50); do have_runsc_runtime && break; sleep 0.1; done
-    fi
+fi
+if engine_up && ! engine_runsc_ok; then
+    reload_engine || true
 fi
 
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
-command -v runsc >/dev/null || missing+=(runsc)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "ensure-docker: installing ${missing[*]} from Debian..." >&2
@@ -89,9 +171,8 @@ fi
 if ! engine_up && pgrep -x dockerd >/dev/null; then
     wait_engine 30 "$(pgrep -x dockerd | head -n 1)" || true
 fi
-if engine_up && ! have_runsc_runtime; then
-    pkill -HUP -x dockerd || true
-    for _ in $(seq 50); do have_runsc_runtime && break; sleep 0.1; done
+if engine_up && ! engine_runsc_ok; then
+    reload_engine || true
 fi
 
 if ! engine_up; then
@@ -104,5 +185,5 @@ if ! engine_up; then
     wait_engine 90 $! || fail_or_note "dockerd did not answer within 90 s (see $LOG: $(tail -n 3 "$LOG" | tr '\n' ' '))"
 fi
 
-have_runsc_runtime || fail_or_note "the Docker engine has no runsc runtime after configuring it"
-echo "ensure-docker: engine $(docker version --format '{{.Server.Version}}') with runsc is up" >&2
+engine_runsc_ok || fail_or_note "the Docker engine's runsc is not $RUNSC_BIN with $RUNSC_ARGS after configuring it (docker info: $(docker info --format '{{json .Runtimes.runsc}}' 2>&1))"
+echo "ensure-docker: engine $(docker version --format '{{.Server.Version}}') with $("$RUNSC_BIN" --version | head -n 1) ($RUNSC_ARGS) is up" >&2

@@ -155,9 +155,10 @@ def no_leaked_containers() -> Iterator[None]:
 
 
 # -- every substrate kind must really pass its contract under CI ---------------------------------
-# `RTAX_REQUIRE_CONTRACT=local,docker,...` (set by .ci/run) turns "a kind's contract suite was
-# skipped, deselected or failed" into a failed session with one line per kind: the acceptance is
-# that every kind is exercised, and a skip must never pass for that silently.
+# `RTAX_REQUIRE_CONTRACT=local,docker,docker-gvisor,...` (set by .ci/run; kinds or substrate
+# names) turns "a kind's contract suite was skipped, deselected or failed" into a failed session
+# with one line per kind: the acceptance is that every kind is exercised, and a skip must never
+# pass for that silently.
 
 _contract_outcomes: dict[str, list[str]] = {}
 
@@ -173,8 +174,12 @@ def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
         return
     substrate = getattr(item, "funcargs", {}).get("substrate")
     kind = getattr(substrate, "kind", None) or getattr(cls, "kind", None)
-    if kind and (report.when == "call" or report.outcome != "passed"):
-        _contract_outcomes.setdefault(kind, []).append(report.outcome)
+    # Also under the substrate's name, so that a name sharing a kind (docker-gvisor) can be
+    # required on its own.
+    name = getattr(substrate, "name", None) or getattr(cls, "substrate_name", None)
+    if report.when == "call" or report.outcome != "passed":
+        for key in {kind, name} - {None}:
+            _contract_outcomes.setdefault(key, []).append(report.outcome)
 
 
 _contract_deselected: list[str] = []

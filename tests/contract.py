@@ -129,6 +129,27 @@ class SubstrateContract:
         assert list(actions["command"]) == [a.command for a in workload.actions]
         assert (actions["latency_s"] > 0).all()
 
+    def test_every_action_template_runs(
+        self, substrate: Substrate, repo_source: RepoSource
+    ) -> None:
+        """Every form of action the workloads can produce (`workloads.templates`: each inspect,
+        exec, edit and test form, T0/T1/T2's fixed actions, after T2's clone) runs once in one
+        environment, in order, and passes its own check: a substrate that measures a workload
+        must be able to run all of it (gVisor's runsc once failed `ls -la` with EINVAL)."""
+        templates = workloads.templates(repo_source)
+        workload = Workload(
+            "T2",
+            0,
+            0,
+            setup=tuple(a for a in templates if a.category == "setup"),
+            actions=tuple(a for a in templates if a.category != "setup"),
+        )
+        record = self.rollout(substrate, workload)
+        failed = [a for a in record.actions if a.get("ok") == 0]
+        assert record.ok, (record.run["error_message"], failed)
+        ran = [a["command"] for a in record.actions if a["phase"] in ("setup", "action")]
+        assert ran == [a.command for a in templates]
+
     def test_hung_command_is_killed_at_its_timeout(self, substrate: Substrate) -> None:
         hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.5),))
         record = self.rollout(substrate, hang)

@@ -70,13 +70,36 @@ def env_of(request):
 # -- gVisor ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def docker_gvisor(runner_image: str, gvisor: None) -> DockerSubstrate:
+def _gvisor(mode: str) -> DockerSubstrate:
     from rtax.cli import _substrate
 
-    sub = _substrate("docker-gvisor", use_emulation=False)  # the name as `rtax probe` builds it
-    assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc"
+    # the name as `rtax probe --substrate docker-gvisor --mode MODE` builds it
+    sub = _substrate("docker-gvisor", use_emulation=False, mode=mode)
+    assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc" and sub.mode == mode
     return sub
+
+
+class TestDockerGvisorExecContract(SubstrateContract):
+    """gVisor passes the whole contract like runc does (the same image, the same workloads)."""
+
+    kind, substrate_name = "docker", "docker-gvisor"  # whom a skip is counted against
+
+    @pytest.fixture
+    def substrate(self, runner_image: str, gvisor: None) -> DockerSubstrate:
+        return _gvisor("exec")
+
+
+class TestDockerGvisorSessionContract(SubstrateContract):
+    kind, substrate_name = "docker", "docker-gvisor"
+
+    @pytest.fixture
+    def substrate(self, runner_image: str, gvisor: None) -> DockerSubstrate:
+        return _gvisor("session")
+
+
+@pytest.fixture
+def docker_gvisor(runner_image: str, gvisor: None) -> DockerSubstrate:
+    return _gvisor("exec")
 
 
 def test_gvisor_really_runs_under_runsc(docker_gvisor: DockerSubstrate, env_of) -> None:
@@ -101,6 +124,84 @@ def test_gvisor_tiers(
 # -- phases, milestones, provenance ---------------------------------------------------------------
 
 
+# `runsc flags` output (stderr) of Debian 12's runsc, abridged: the defaults come from here.
+_RUNSC_FLAGS = """\
+  -network value
+    \tspecifies which network to use: sandbox (default), host, none. Using network inside
+  -num-network-channels int
+    \tnumber of underlying channels(FDs) to use for network link endpoints. (default 1)
+  -platform string
+    \tspecifies which platform to use: ptrace (default), kvm. (default "ptrace")
+  -profile
+"""
+_INFO = {
+    "DefaultRuntime": "runc",
+    "Runtimes": {
+        "runc": {"path": "runc"},
+        "runsc": {"path": "/opt/x/runsc", "runtimeArgs": ["--network=host", "--platform=systrap"]},
+        "gv-old": {"path": "/usr/bin/runsc", "runtimeArgs": ["--debug"]},
+        "gv-spaced": {"path": "/usr/bin/runsc", "runtimeArgs": ["-platform", "kvm"]},
+    },
+}
+
+
+def _fake_runsc(argv: list[str]) -> str | None:
+    return {"--version": "runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n", "flags": _RUNSC_FLAGS}[
+        argv[1]
+    ]
+
+
+def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
+    from rtax.substrates.docker import runtime_provenance
+
+    assert runtime_provenance(_INFO, "runsc", _fake_runsc) == {
+        "name": "runsc",
+        "path": "/opt/x/runsc",
+        "args": ["--network=host", "--platform=systrap"],
+        "version": "0.0~20221219.0",
+        "platform": "systrap",
+        "network": "host",
+    }
+    old = runtime_provenance(_INFO, "gv-old", _fake_runsc)  # no flags: the binary's defaults
+    assert (old["platform"], old["network"], old["args"]) == ("ptrace", "sandbox", ["--debug"])
+    assert runtime_provenance(_INFO, "gv-spaced", _fake_runsc)["platform"] == "kvm"
+    remote = runtime_provenance(_INFO, "gv-old", None)  # a remote engine: not guessed
+    assert (remote["version"], remote["platform"], remote["network"]) == (None, None, None)
+
+
+def test_runtime_provenance_of_runc_and_unknown_runtimes() -> None:
+    from rtax.substrates.docker import runtime_provenance
+
+    def never(argv: list[str]) -> str | None:
+        raise AssertionError(f"runc is not asked anything: {argv}")
+
+    assert runtime_provenance(_INFO, None, never) == {"name": "runc", "path": "runc", "args": []}
+    assert runtime_provenance(_INFO, "nope", never) == {"name": "nope", "path": None, "args": []}
+
+
+def test_gvisor_provenance_is_what_the_engine_runs(docker_gvisor: DockerSubstrate) -> None:
+    """Checked against the docker CLI and the binary itself, and asked of the engine once."""
+    calls = []
+    info = docker_gvisor.api.info
+    docker_gvisor.api.info = lambda: calls.append(1) or info()  # type: ignore[method-assign]
+    first = docker_gvisor.describe()["runtime_config"]
+    assert docker_gvisor.describe()["runtime_config"] == first and len(calls) == 1
+    cli = subprocess.run(
+        ["docker", "info", "--format", "{{json .Runtimes.runsc}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    registered = json.loads(cli.stdout)
+    assert (first["path"], first["args"]) == (registered["path"], registered["runtimeArgs"])
+    version = subprocess.run(
+        [registered["path"], "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[2]
+    assert first["version"] == version
+    for flag in ("platform", "network"):
+        assert f"--{flag}={first[flag]}" in registered["runtimeArgs"]  # ensure-docker sets both
+
+
 def test_milestones_and_provenance(
     docker_exec: DockerSubstrate, store: Store, runner_image: str
 ) -> None:
@@ -113,6 +214,7 @@ def test_milestones_and_provenance(
     provenance = json.loads(run["provenance"])
     assert provenance["substrate"]["image_id"] == runner_image
     assert provenance["substrate"]["runtime"] == "runc"
+    assert provenance["substrate"]["runtime_config"]["name"] == "runc"
     assert run["mode"] == "exec" and run["fidelity"] == "real"
 
 

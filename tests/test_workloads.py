@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+import shlex
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,3 +90,60 @@ def test_action_check() -> None:
     assert "exit code 0" in action.check(0, "1 failed")
     assert "lacks" in action.check(1, "ok")
     assert workloads.Action("exec", "x", expect_exit=None).check(42, "") is None
+
+
+def _digest(actions: tuple[workloads.Action, ...]) -> str:
+    fields = (
+        repr((a.category, a.command, a.expect_exit, a.expect_stdout, a.timeout_s)) for a in actions
+    )
+    return hashlib.sha256("\n".join(fields).encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("steps", "seed", "digest"),
+    [  # computed before the forms became tables: a seed must keep meaning the same actions
+        (150, 0, "baf9675c4bc36003bdbba055c5dd9db5e54a8f5c63c555f90da5d3aefebca58e"),
+        (50, 7, "c139c14f8bee43bc1bb0e10a00e6147fcf310430dc4e80716a1f5a146e448bf6"),
+        (1000, 3, "8782f0f472847231fb0dc60c4c3ec9149030904c5f0a0bf2ab7680a8c57aba23"),
+    ],
+)
+def test_trajectories_are_pinned(steps: int, seed: int, digest: str) -> None:
+    assert _digest(workloads.trajectory(steps, seed)) == digest
+
+
+def _shape(action: workloads.Action) -> tuple[str, str]:
+    """An action's form: its command with every drawn parameter replaced by a placeholder."""
+    command = action.command
+    for value in sorted(
+        (*workloads._SOURCES, *workloads._SYMBOLS, *workloads.FAST_TESTS), key=len, reverse=True
+    ):
+        command = command.replace(value, "<v>")
+    for pattern in workloads._GREP_PATTERNS:
+        command = command.replace(shlex.quote(pattern), "<v>")
+    return action.category, re.sub(r"\d+", "<n>", command)
+
+
+def test_templates_are_exactly_the_forms_trajectories_draw() -> None:
+    """Every form that many long trajectories produce has its template, and no template is a
+    form they never produce (the fixed tiers' actions aside)."""
+    drawn = {_shape(a) for seed in range(5) for a in workloads.trajectory(2000, seed)}
+    fixed = (
+        *workloads.build("T0").actions,
+        *workloads.build("T1").actions,
+        *workloads.build("T2", source=SOURCE).actions,
+    )
+    templates = workloads.templates(SOURCE)
+    forms = [a for a in templates if a not in fixed and a.category != "setup"]
+    assert {_shape(a) for a in forms} == drawn
+    assert len(forms) == len(drawn) == 5 + 5 + 2 + 1  # inspect, exec, edit + revert, test
+
+
+def test_templates_run_in_one_environment_in_order() -> None:
+    templates = workloads.templates(SOURCE)
+    assert templates[0] == workloads.build("T2", source=SOURCE).setup[0]  # the clone first
+    assert [a.category for a in templates].count("setup") == 1
+    assert templates[-5:] == workloads.build("T2", source=SOURCE).actions  # its own order
+    commands = [a.command for a in templates]
+    insert = next(i for i, c in enumerate(commands) if c.startswith("sed -i"))
+    assert commands[insert + 1] == "git -C repo checkout --quiet -- src/attr/_make.py"
+    assert "repo/src/attr/_make.py" in commands[insert]

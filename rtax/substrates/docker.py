@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
+import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -96,7 +99,8 @@ class DockerSubstrate:
             self.api = docker.from_env(timeout=api_timeout_s).api
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
         self.create_timeout_s = create_timeout_s
-        self._engine_default_runtime: str | None = None
+        self._engine_info: dict[str, Any] | None = None
+        self._runtime_provenance: dict[str, Any] | None = None
 
     # -- life of one environment ------------------------------------------------------------
 
@@ -336,11 +340,27 @@ class DockerSubstrate:
                 return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
         raise ExecError(f"network {self.network} has no gateway address")
 
+    def _info(self) -> dict[str, Any]:
+        """The engine's `docker info`, asked once per substrate (it names runtimes and defaults,
+        which don't change under a running probe without a daemon reload)."""
+        if self._engine_info is None:
+            self._engine_info = dict(self.api.info())
+        return self._engine_info
+
     def _default_runtime(self) -> str:
         """The engine's default runtime (what a container without `runtime` really runs on)."""
-        if self._engine_default_runtime is None:
-            self._engine_default_runtime = str(self.api.info().get("DefaultRuntime") or "runc")
-        return self._engine_default_runtime
+        return str(self._info().get("DefaultRuntime") or "runc")
+
+    def runtime_provenance(self) -> dict[str, Any]:
+        """The runtime in use as the engine runs it: path and flags, and for runsc its version,
+        platform and network mode (cached: it costs a `docker info` and two runsc calls)."""
+        if self._runtime_provenance is None:
+            # The runtime's binary can only be asked where the engine runs: a local socket.
+            local = self.api.base_url == "http+docker://localhost"
+            self._runtime_provenance = runtime_provenance(
+                self._info(), self.runtime, _run_binary if local else None
+            )
+        return self._runtime_provenance
 
     def describe(self) -> dict[str, Any]:
         version = self.api.version()
@@ -359,6 +379,7 @@ class DockerSubstrate:
             "image_digests": digests,
             "toolchain": self.toolchain_fingerprint(image_id),
             "runtime": self.runtime or self._default_runtime(),
+            "runtime_config": self.runtime_provenance(),
             "cpus": self.cpus,
             "memory": self.memory,
             "network": self.network,
@@ -402,6 +423,86 @@ def _image_toolchain(api: Any, image_id: str) -> dict[str, Any] | None:
     finally:
         with contextlib.suppress(Exception):
             api.remove_container(container, force=True)
+
+
+def runtime_provenance(
+    info: dict[str, Any],
+    runtime: str | None,
+    run: Callable[[list[str]], str | None] | None,
+) -> dict[str, Any]:
+    """What runs a container of `runtime` (None: the engine's default), from `docker info`.
+
+    ``path`` and ``args`` are the engine's registration (daemon.json). For runsc, also its
+    ``version`` (``runsc --version``) and the ``platform`` and ``network`` it runs with: the flag
+    when the registration sets one, else the binary's own default (``runsc flags``), because a
+    gVisor figure depends on both. `run` runs a command and returns its stdout (None: it can't
+    be run here, e.g. a remote engine); what can't be known is None, never guessed.
+    """
+    name = runtime or str(info.get("DefaultRuntime") or "runc")
+    entry = (info.get("Runtimes") or {}).get(name) or {}
+    path = entry.get("path")
+    args = [str(a) for a in entry.get("runtimeArgs") or []]
+    described: dict[str, Any] = {"name": name, "path": path, "args": args}
+    if not path or "runsc" not in os.path.basename(path):
+        return described
+    version = flags = None
+    if run is not None:
+        if out := run([path, "--version"]):
+            first = out.splitlines()[0]
+            version = first.removeprefix("runsc version ").strip() or None
+        flags = run([path, "flags"])
+    for flag in ("platform", "network"):
+        described[flag] = _flag_value(args, flag) or _flag_default(flags, flag)
+    described["version"] = version
+    return described
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The value of ``--flag=v`` / ``-flag=v`` / ``--flag v`` in `args` (the last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        key, eq, rest = arg.lstrip("-").partition("=")
+        if key != flag or not arg.startswith("-"):
+            continue
+        if eq:
+            value = rest
+        elif i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def _flag_default(flags: str | None, flag: str) -> str | None:
+    """A flag's default from ``runsc flags`` output (Go's flag help: ``(default "systrap")`` on
+    the lines after ``-platform string``)."""
+    if not flags:
+        return None
+    lines = flags.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().split(" ")[0] != f"-{flag}":
+            continue
+        for text in lines[i + 1 :]:
+            if text.strip().startswith("-"):
+                break
+            # `(default "systrap")` for a string flag, `sandbox (default), host` for a value
+            found = re.search(r'\(default "([^"]+)"\)', text) or re.search(
+                r"(\w+) \(default\)", text
+            )
+            if found is not None:
+                return found.group(1)
+        return None
+    return None
+
+
+def _run_binary(argv: list[str]) -> str | None:
+    """Output of a short local command (stdout, then stderr: ``runsc flags`` writes there), or
+    None if it can't run (missing, failing, hanging)."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout + done.stderr if done.returncode == 0 else None
 
 
 def _interface_ipv4(name: str) -> str | None:
