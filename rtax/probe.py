@@ -212,8 +212,8 @@ class _Rollout:
                 if not problem:
                     return
                 last = problem
-            except (DeadlineExceeded, ReadyTimeout):
-                raise
+            except (DeadlineExceeded, ReadyTimeout, Cancelled):
+                raise  # a stop is not a refusal to retry (README.md#failure-classes)
             except SubstrateError as exc:
                 # A substrate that already retried a rate limit with back-off and gave up
                 # has answered for good, as has an environment that is gone.
@@ -232,7 +232,16 @@ class _Rollout:
                 )
             # Back off (5 ms doubling to 250 ms): waiting is what the ready phase measures, and
             # an instant failure must not become tens of thousands of sample rows.
-            time.sleep(min(0.005 * 2 ** min(attempt, 6), 0.25, max(deadline - self.now(), 0)))
+            self.pause(min(0.005 * 2 ** min(attempt, 6), 0.25, max(deadline - self.now(), 0)))
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when the caller cancels: a stopping scheduler must not wait
+        out a back-off (README.md#scheduler)."""
+        cancel = self.opt.cancel
+        if cancel is None:
+            time.sleep(seconds)
+        elif cancel.wait(seconds):
+            raise Cancelled("cancelled: the scheduler is stopping")
 
     def body(self) -> None:
         self.env = self.timed("create", lambda: self.sub.create(self.run_id))

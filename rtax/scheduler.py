@@ -44,6 +44,10 @@ from rtax.workloads import RepoSource
 
 log = logging.getLogger("rtax.scheduler")
 
+#: How long a stop waits for a rollout in flight to end and clean up before leaving it: rollouts
+#: end at their next step (README.md#scheduler); this bounds one stuck in a long substrate call.
+STOP_GRACE_S = 3.0
+
 #: Builds a substrate from its configuration (injectable: tests hand in their own).
 Factory = Callable[[SubstrateConfig, dict[str, Any]], Substrate]
 
@@ -359,8 +363,11 @@ class Prober:
         return budget.exceeded(conf, rollouts, minutes)
 
     def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:
-        """One rollout; False when the cycle is already later than the misfire grace."""
+        """One rollout; False when the cycle is already later than the misfire grace (or the
+        scheduler stopped while this waited for a slot)."""
         with self.slots:
+            if self.stopped.is_set():
+                return False
             if scheduled is not None:
                 late = (datetime.now(UTC) - scheduled).total_seconds()
                 if late > self.config.misfire_grace_s:
@@ -413,8 +420,8 @@ class Prober:
         source = self._source(substrate) if plan.tier == "T2" else None
         workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
         record = self._run_with_deadline(substrate, workload)
-        if record.run["error_class"] == "cancelled":
-            return None  # stopping: half a rollout is no sample
+        if record is None or record.run["error_class"] == "cancelled":
+            return None  # stopping: half a rollout is no sample, and no failure either
         record.run["plan"] = plan.name
         if scheduled is not None:
             record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
@@ -475,7 +482,8 @@ class Prober:
 
     def _run_with_deadline(
         self, substrate: Substrate, workload: workloads.Workload
-    ) -> RolloutRecord:
+    ) -> RolloutRecord | None:
+        """The rollout's record; None if the scheduler stopped while it was still busy."""
         deadline = self.config.deadline_s
         result: list[RolloutRecord] = []
         started = datetime.now(UTC)
@@ -492,7 +500,23 @@ class Prober:
         # The runner enforces the deadline between calls; this is the backstop for a call that
         # never returns (a hung API), with 10% of grace for the runner's own cleanup.
         backstop = deadline * 1.1 + 1.0
-        worker.join(backstop)
+        end = time.monotonic() + backstop
+        while worker.is_alive() and time.monotonic() < end:
+            if self.cancel.is_set():
+                # Stopping: the rollout ends at its next step and cleans up; one stuck in a
+                # long substrate call is not waited for (the next start's reaper removes what
+                # it leaves), so that stopping stays prompt.
+                worker.join(min(STOP_GRACE_S, max(end - time.monotonic(), 0)))
+                if worker.is_alive():
+                    log.warning(
+                        "rollout %s on %s still busy %.0f s after the stop: not recorded",
+                        run_id,
+                        substrate.name,
+                        STOP_GRACE_S,
+                    )
+                    return None
+                break
+            worker.join(min(0.1, max(end - time.monotonic(), 0)))  # supervising, not timing
         if result:
             return result[0]
         log.error(

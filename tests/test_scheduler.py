@@ -319,3 +319,48 @@ max_env_minutes_per_day = 1
         prober._in_flight["a-minute-a-day"] = [time.monotonic() - 90]
         why = prober._over_budget(conf.substrates["a-minute-a-day"], store)
         assert why is not None and "environment-minutes" in why
+
+
+def test_sigterm_during_ready_exits_promptly_and_records_nothing(
+    tmp_path: Path, attrs_fixture
+) -> None:
+    """Cancellation is not a failure: `rtax schedule` stopped while a rollout waits in its
+    ready phase (here a shell that refuses every command, as an environment that never accepts
+    commands would; the ready timeout is 120 s) exits within 5 s, stores no row (no false
+    ready_timeout) and leaves no environment behind."""
+    attempts = tmp_path / "attempts"
+    refuse = tmp_path / "refuse.sh"
+    refuse.write_text(f'#!/bin/sh\necho attempt >> "{attempts}"\nexit 1\n')
+    refuse.chmod(0o755)
+    envs = tmp_path / "envs"
+    file = tmp_path / "rtax.toml"
+    file.write_text(
+        'database = "rtax.db"\n'
+        '[[substrates]]\nname = "stubborn"\nkind = "local"\n'
+        f'params = {{ shell = "{refuse}", root = "{envs}", '
+        f'template = "{attrs_fixture.template}" }}\n'
+        '[[plans]]\nname = "p"\nsubstrates = ["stubborn"]\ntier = "T0"\ninterval = "1h"\n'
+    )
+    conf = config.load(file)
+    env = {**os.environ, "RTAX_FIXTURES_DIR": str(attrs_fixture.root)}
+    cmd = [sys.executable, "-m", "rtax", "schedule", "--config", str(file)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # In the ready phase: its environment exists and it has been refused a few times.
+        _wait_for(
+            lambda: attempts.exists() and len(attempts.read_text().split()) >= 3,
+            60,
+            "ready attempts",
+        )
+        assert list(envs.glob("rtax-*")), "the rollout's environment exists while in ready"
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 5.0, f"exited {took:.1f} s after SIGTERM; stderr: {err.decode()[-2000:]}"
+    assert proc.returncode == 143, err.decode()[-2000:]  # terminated, cleanly
+    assert _runs(conf.database).empty  # no false ready_timeout, no cancelled row
+    assert list(envs.glob("rtax-*")) == []  # cleaned up
