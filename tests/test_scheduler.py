@@ -252,6 +252,7 @@ interval = "1h"
     _wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
+    assert run["fidelity"] == "real"  # a local substrate is real by construction, not by default
     assert "control plane unreachable" in run["error_message"]
 
 
@@ -364,3 +365,67 @@ def test_sigterm_during_ready_exits_promptly_and_records_nothing(
     assert proc.returncode == 143, err.decode()[-2000:]  # terminated, cleanly
     assert _runs(conf.database).empty  # no false ready_timeout, no cancelled row
     assert list(envs.glob("rtax-*")) == []  # cleaned up
+
+
+class _Unreachable(LocalSubstrate):
+    """A local substrate whose environments would reach this host at an address it does not
+    have (TEST-NET-1), so rtax's git daemon for T2 cannot bind there."""
+
+    def host_address(self) -> str:
+        return "192.0.2.1"
+
+
+def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
+    tmp_path: Path, attrs_fixture
+) -> None:
+    from rtax import stats
+
+    plans = PLAN_T0.replace('interval = "1s"', 'interval = "1h"') + (
+        '[[plans]]\nname = "clone"\nsubstrates = ["local"]\ntier = "T2"\ninterval = "1h"\n'
+    )
+    conf = _config(tmp_path, plans)
+
+    def factory(conf: SubstrateConfig, overrides: dict):
+        return _Unreachable(name=conf.name, root=tmp_path / "envs", template=attrs_fixture.template)
+
+    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
+    prober.start()
+    try:
+        _wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
+    finally:
+        prober.stop(wait=True)
+    runs = _runs(conf.database)
+    t0, t2 = (runs[runs["tier"] == t].iloc[0] for t in ("T0", "T2"))
+    assert t0["status"] == "ok"
+    assert (t2["status"], t2["error_class"], t2["fidelity"]) == ("failed", "harness_error", "real")
+    assert "git daemon on 192.0.2.1" in t2["error_message"]
+    # Kept, shown apart, and the substrate's success rate is its 1 of 1 attempts, not 1 of 2.
+    assert stats.success_rate(runs) == 1.0
+    by_tier = stats.latency_table(runs, "wall_s").set_index("tier")
+    assert (by_tier.loc["T2", "runs"], by_tier.loc["T2", "harness_errors"]) == (0, 1)
+
+
+def test_a_record_the_database_cannot_take_is_spooled_then_written(tmp_path: Path) -> None:
+    from factories import make_record
+
+    conf = _config(tmp_path, "")
+    prober = Prober(conf)
+    conf.database.mkdir()  # the database is unavailable (here: a folder stands in its place)
+    prober.save(make_record("first"))
+    assert prober.spool.exists() and not conf.database.is_file()  # nothing written, kept
+    conf.database.rmdir()
+    prober.save(make_record("second"))  # the database is back: the spool goes first
+    assert not prober.spool.exists()
+    assert sorted(_runs(conf.database)["run_id"]) == ["first", "second"]
+
+
+def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None:
+    from rtax.scheduler import configured_fidelity
+
+    def entry(kind: str, **fields) -> SubstrateConfig:
+        return SubstrateConfig(name=kind, kind=kind, params=fields.pop("params", {}), **fields)
+
+    assert configured_fidelity(entry("local")) == "real"  # real by construction
+    assert configured_fidelity(entry("ec2")) == "unknown"  # nobody saw its endpoint answer
+    assert configured_fidelity(entry("ec2", emulate=True)) == "emulated"
+    assert configured_fidelity(entry("daytona", params={"fidelity": "modelled"})) == "modelled"
