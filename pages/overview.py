@@ -21,7 +21,9 @@ def live() -> None:
         ok = int((runs["status"] == "ok").sum())
         st.caption(
             f"{len(runs)} runs ({ok} successful) for: {chosen.describe()}. Percentiles are "
-            f"over successful runs only, with their n; the success rate counts every run. "
+            f"over successful runs only, with their n; the success rate counts every run "
+            f"the substrate answers for: harness errors (rtax's own failures) are counted "
+            f"apart and never lower it. "
             f"Refreshes every {data.TTL_S} s."
         )
         style.table(tables.overview(runs))

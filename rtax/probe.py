@@ -58,6 +58,19 @@ class DeadlineExceeded(SubstrateError):
     error_class = "deadline_exceeded"
 
 
+class HarnessError(Exception):
+    """rtax itself failed (its git daemon, its database, its own bookkeeping), not the
+    substrate: kept as a row, shown apart, never counted against the substrate's success rate
+    (README.md#failure-classes)."""
+
+    error_class = "harness_error"
+
+
+#: The fidelity of a row whose substrate could not even be built and whose configuration does
+#: not say: never a silent `real` (README.md#fidelity).
+UNKNOWN_FIDELITY = "unknown"
+
+
 class Cancelled(SubstrateError):
     """The caller asked the rollout to stop; its record is half a rollout and not to be kept."""
 
@@ -133,6 +146,21 @@ class _Rollout:
         self.error_message: str | None = None
         self.cleanup_ok: bool | None = None
         self.n_done = 0
+        #: the substrate call in progress, if any: an unclassified exception raised inside one
+        #: is the substrate's (its client's or adapter's), anywhere else it is rtax's own
+        self.calling: str | None = None
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)`, a substrate protocol method, remembered as the call in progress."""
+        self.calling = what
+        try:
+            result = fn(*args)
+        except SubstrateError:
+            self.calling = None  # classified by the substrate: nothing to attribute
+            raise
+        # Any other exception leaves `calling` set, for `run_rollout` to attribute it.
+        self.calling = None
+        return result
 
     def remaining(self) -> float:
         if self.opt.cancel is not None and self.opt.cancel.is_set():
@@ -165,7 +193,7 @@ class _Rollout:
         self.actions.append(row)
         start = self.now()
         try:
-            result = self.sub.run(self.env, action.command, timeout)
+            result = self.call("run", self.sub.run, self.env, action.command, timeout)
         except SubstrateError as exc:
             latency = self.now() - start
             self.phases[phase] = self.phases.get(phase, 0.0) + latency
@@ -212,8 +240,8 @@ class _Rollout:
                 if not problem:
                     return
                 last = problem
-            except (DeadlineExceeded, ReadyTimeout):
-                raise
+            except (DeadlineExceeded, ReadyTimeout, Cancelled):
+                raise  # a stop is not a refusal to retry (README.md#failure-classes)
             except SubstrateError as exc:
                 # A substrate that already retried a rate limit with back-off and gave up
                 # has answered for good, as has an environment that is gone.
@@ -232,14 +260,26 @@ class _Rollout:
                 )
             # Back off (5 ms doubling to 250 ms): waiting is what the ready phase measures, and
             # an instant failure must not become tens of thousands of sample rows.
-            time.sleep(min(0.005 * 2 ** min(attempt, 6), 0.25, max(deadline - self.now(), 0)))
+            self.pause(min(0.005 * 2 ** min(attempt, 6), 0.25, max(deadline - self.now(), 0)))
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when the caller cancels: a stopping scheduler must not wait
+        out a back-off (README.md#scheduler)."""
+        cancel = self.opt.cancel
+        if cancel is None:
+            time.sleep(seconds)
+        elif cancel.wait(seconds):
+            raise Cancelled("cancelled: the scheduler is stopping")
 
     def body(self) -> None:
-        self.env = self.timed("create", lambda: self.sub.create(self.run_id))
+        self.env = self.timed("create", lambda: self.call("create", self.sub.create, self.run_id))
         self.timed(
             "orchestration",
-            lambda: self.sub.wait_running(
-                self.env, min(self.opt.running_timeout_s, self.remaining())
+            lambda: self.call(
+                "wait_running",
+                self.sub.wait_running,
+                self.env,
+                min(self.opt.running_timeout_s, self.remaining()),
             ),
         )
         self.phases["ready"] = 0.0
@@ -311,14 +351,20 @@ class _Rollout:
 
 
 def provenance_of(substrate: Substrate) -> dict[str, Any]:
-    """What produced a sample: host, versions, and the substrate's own description."""
+    """What produced a sample: host, versions, and the substrate's own description. A substrate
+    that can't describe itself (an unreachable endpoint) is noted and the rollout goes on; the
+    rest is rtax's own, and its failure is a harness error (`run_rollout`)."""
+    try:
+        described = substrate.describe()
+    except Exception as exc:
+        described = {"describe_error": f"{type(exc).__name__}: {exc}"}
     return {
         "host": socket.gethostname(),
         "rtax_version": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "libraries": library_versions(),
-        "substrate": substrate.describe(),
+        "substrate": described,
     }
 
 
@@ -337,26 +383,35 @@ def run_rollout(
     leaves no row at all. `now` is injectable for tests; it must be the clock that substrates
     mark milestones with.
     """
+    run_id = run_id or uuid.uuid4().hex
     if provenance is None:
         try:
             provenance = provenance_of(substrate)
-        except Exception as exc:  # an unreachable endpoint must not lose the row
-            provenance = {
-                "host": socket.gethostname(),
-                "rtax_version": __version__,
-                "substrate": {"describe_error": f"{type(exc).__name__}: {exc}"},
-            }
+        except Exception as exc:  # rtax could not say what produced the sample: its failure
+            return failed_record(
+                substrate.name,
+                substrate.kind,
+                getattr(substrate, "mode", "exec"),
+                workload,
+                run_id,
+                datetime.now(UTC),
+                HarnessError.error_class,
+                f"provenance: {type(exc).__name__}: {exc}",
+                wall_s=None,
+                fidelity=substrate.fidelity,
+            )
     started_at = _utcnow()
-    state = _Rollout(
-        substrate, workload, run_id or uuid.uuid4().hex, options or ProbeOptions(), now
-    )
+    state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now)
     try:
         state.body()
-    except (SubstrateError, WorkloadFailed) as exc:
+    except (SubstrateError, WorkloadFailed, HarnessError) as exc:
         state.error_class, state.error_message = exc.error_class, str(exc)
-    except Exception as exc:  # a bug or an unexpected client error: keep the row, say what
-        state.error_class = "internal_error"
-        state.error_message = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # unexpected: keep the row, say whose and what
+        # Raised inside a substrate call, it is the substrate's (its client raised something
+        # its adapter does not classify); anywhere else it is rtax's own bookkeeping.
+        state.error_class = "substrate_error" if state.calling else HarnessError.error_class
+        where = f" in {state.calling}" if state.calling else ""
+        state.error_message = f"{type(exc).__name__}{where}: {exc}"
     except BaseException:
         state.cleanup()
         raise
@@ -375,11 +430,13 @@ def failed_record(
     message: str,
     *,
     wall_s: float | None,
-    fidelity: str = "real",
+    fidelity: str,
 ) -> RolloutRecord:
     """The row of a rollout that produced none itself (it never started, or its thread never
     returned): failed, classified, phases unknown. It lives here, beside `_Rollout.record`, so
-    that the run row has one owner. `work` is a Workload or a scheduler Plan."""
+    that the run row has one owner. `work` is a Workload or a scheduler Plan. `fidelity` is
+    the substrate's (or, if it could not be built, what its configuration says, else
+    `UNKNOWN_FIDELITY`): there is no default, so a row can never fall back to `real`."""
     steps = getattr(work, "steps", 0)
     run = {
         "run_id": run_id,

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from rtax.sketch import Sketch
-from rtax.stats import PHASE_COLUMNS
+from rtax.stats import HARNESS_ERROR, PHASE_COLUMNS, attempts
 from rtax.store import Store
 
 GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
@@ -195,13 +195,14 @@ def window(
         for key, group in runs.groupby(list(GROUP), dropna=False):
             values = _values(group[group["status"] == "ok"], metric, per_run)
             a = acc[key]
-            a["runs"] += len(group)
+            a["runs"] += len(attempts(group))  # rtax's own failures are not the substrate's
             a["n"] += len(values)
             a["sum"] += sum(values)
             a["sketch"].add_all(values)
     for row in store.rollups(since=since, until=until, metric=metric).to_dict("records"):
         a = acc[tuple(row[k] for k in GROUP)]
-        a["runs"] += int(row["runs"])
+        harness = json.loads(row.get("errors") or "{}").get(HARNESS_ERROR, 0)
+        a["runs"] += int(row["runs"]) - int(harness)
         a["n"] += int(row["n"])
         a["sum"] += float(row["sum"] or 0)
         a["sketch"].merge(Sketch.from_json(row["sketch"]))

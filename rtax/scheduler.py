@@ -20,10 +20,12 @@ Why these choices (README.md#scheduler):
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import random
 import socket
+import sqlite3
 import threading
 import time
 import uuid
@@ -36,16 +38,43 @@ from typing import Any
 from rtax import budget, fixtures, reaper, workloads
 from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, GitServer
-from rtax.probe import ProbeOptions, RolloutRecord, failed_record, run_rollout
-from rtax.store import Store
+from rtax.probe import (
+    UNKNOWN_FIDELITY,
+    HarnessError,
+    ProbeOptions,
+    RolloutRecord,
+    failed_record,
+    run_rollout,
+)
+from rtax.store import Store, StoreError
 from rtax.substrates import substrate_class
 from rtax.substrates.base import Substrate
 from rtax.workloads import RepoSource
 
 log = logging.getLogger("rtax.scheduler")
 
+#: How long a stop waits for a rollout in flight to end and clean up before leaving it: rollouts
+#: end at their next step (README.md#scheduler); this bounds one stuck in a long substrate call.
+STOP_GRACE_S = 3.0
+
 #: Builds a substrate from its configuration (injectable: tests hand in their own).
 Factory = Callable[[SubstrateConfig, dict[str, Any]], Substrate]
+
+
+def configured_fidelity(conf: SubstrateConfig) -> str:
+    """The fidelity a row of `conf` carries when its substrate could not be built: what the
+    configuration says (``emulate = true`` sets ``emulated``), else what the kind always is
+    (``local`` and ``docker`` are real by construction), else `UNKNOWN_FIDELITY`: never a
+    silent ``real`` for a cloud kind whose endpoint nobody has seen answer."""
+    if conf.emulate:
+        return "emulated"
+    if isinstance(conf.params.get("fidelity"), str):
+        return conf.params["fidelity"]
+    try:
+        declared = getattr(substrate_class(conf.kind), "fidelity", None)
+    except Exception:
+        declared = None
+    return declared if isinstance(declared, str) else UNKNOWN_FIDELITY
 
 
 class LockHeld(RuntimeError):
@@ -122,6 +151,7 @@ class Prober:
         self._budget_lock = threading.Lock()
         #: optional substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
+        self._spool_lock = threading.Lock()
 
     # -- life ------------------------------------------------------------------------------
 
@@ -135,7 +165,8 @@ class Prober:
         self.config.database.parent.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
         try:
-            Store(self.config.database).close()  # create and migrate once, up front
+            with Store(self.config.database) as store:  # create and migrate once, up front
+                self._drain(store)  # and write what an earlier run had to spool
             if self.fixture is None:
                 self.fixture = fixtures.build()
             self._attach_emulations()
@@ -339,7 +370,10 @@ class Prober:
                         return  # too late for this cycle: skipped, not run late
                 except Exception as exc:  # a failing probe never stops the monitor
                     log.exception("plan %s on %s: could not set up the rollout", plan.name, name)
-                    self._save_setup_error(plan, self.config.substrates[name], scheduled, exc)
+                    try:
+                        self._save_setup_error(plan, self.config.substrates[name], scheduled, exc)
+                    except Exception:
+                        log.exception("could not record the setup error")
 
     def _over_budget(self, conf: SubstrateConfig, store: Store) -> str | None:
         """Why today's budget of `conf` forbids another rollout, or None."""
@@ -359,8 +393,11 @@ class Prober:
         return budget.exceeded(conf, rollouts, minutes)
 
     def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:
-        """One rollout; False when the cycle is already later than the misfire grace."""
+        """One rollout; False when the cycle is already later than the misfire grace (or the
+        scheduler stopped while this waited for a slot)."""
         with self.slots:
+            if self.stopped.is_set():
+                return False
             if scheduled is not None:
                 late = (datetime.now(UTC) - scheduled).total_seconds()
                 if late > self.config.misfire_grace_s:
@@ -409,31 +446,78 @@ class Prober:
     ) -> RolloutRecord | None:
         """Run one rollout and store it; None when it was cancelled (stopping)."""
         overrides = {"mode": plan.mode} if plan.mode else {}
-        substrate = self.factory(conf, overrides)
-        source = self._source(substrate) if plan.tier == "T2" else None
-        workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
+        substrate = self.factory(conf, overrides)  # failing: a setup error (`run_plan`)
+        try:
+            source = self._source(substrate) if plan.tier == "T2" else None
+            workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
+        except Exception as exc:
+            log.exception("plan %s on %s: could not set up the rollout", plan.name, conf.name)
+            return self._save_setup_error(plan, conf, scheduled, exc, substrate.fidelity)
         record = self._run_with_deadline(substrate, workload)
-        if record.run["error_class"] == "cancelled":
-            return None  # stopping: half a rollout is no sample
+        if record is None or record.run["error_class"] == "cancelled":
+            return None  # stopping: half a rollout is no sample, and no failure either
         record.run["plan"] = plan.name
         if scheduled is not None:
             record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
                 timespec="microseconds"
             )
-        with Store(self.config.database) as store:
-            store.save_rollout(record)
+        self.save(record)
         return record
 
-    def _save_setup_error(
-        self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None, exc: Exception
-    ) -> None:
-        """A rollout that could not even start is a failure too: it is kept as a row."""
-        fidelity = conf.params.get("fidelity")  # set by `emulate = true` (and never "real" then)
-        if fidelity is None:
+    # -- keeping every record ----------------------------------------------------------------
+
+    @property
+    def spool(self) -> Path:
+        """Records the database could not take yet (one JSON object a line), written later."""
+        return Path(f"{self.config.database}.spool.jsonl")
+
+    def save(self, record: RolloutRecord) -> None:
+        """Store `record`, after any spooled earlier; if the database is busy or unavailable
+        (past sqlite's own 30 s busy wait), spool it: a record is never lost to rtax's own
+        trouble (README.md#failure-classes)."""
+        with self._spool_lock:
             try:
-                fidelity = getattr(substrate_class(conf.kind), "fidelity", "real")
-            except Exception:
-                fidelity = "real"
+                with Store(self.config.database) as store:
+                    self._drain(store)
+                    store.save_rollout(record)
+                return
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                log.error("database unavailable (%s): run %s spooled", exc, record.run["run_id"])
+            line = json.dumps({"run": record.run, "actions": record.actions}, default=str)
+            with self.spool.open("a") as out:
+                out.write(line + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+
+    def _drain(self, store: Store) -> None:
+        """Write the spooled records (each once: the file is rewritten with those left)."""
+        if not self.spool.exists():
+            return
+        lines = [line for line in self.spool.read_text().splitlines() if line.strip()]
+        for i, line in enumerate(lines):
+            entry = json.loads(line)
+            try:
+                store.save_rollout(RolloutRecord(run=entry["run"], actions=entry["actions"]))
+            except StoreError as exc:
+                if "UNIQUE" not in str(exc):  # already written (a crash after the insert)
+                    self.spool.write_text("".join(f"{rest}\n" for rest in lines[i:]))
+                    raise
+        self.spool.unlink()
+        log.info("wrote %d spooled records", len(lines))
+
+    def _save_setup_error(
+        self,
+        plan: Plan,
+        conf: SubstrateConfig,
+        scheduled: datetime | None,
+        exc: Exception,
+        fidelity: str | None = None,
+    ) -> RolloutRecord:
+        """A rollout that could not even start is a failure too: it is kept as a row. rtax's
+        own trouble (its git daemon, its database) is a `harness_error`; anything else (the
+        substrate could not be built or reached) a `setup_error`. `fidelity`: the substrate's,
+        when it was built."""
+        harness = isinstance(exc, (HarnessError, StoreError, sqlite3.Error))
         record = failed_record(
             conf.name,
             conf.kind,
@@ -441,21 +525,18 @@ class Prober:
             plan,
             uuid.uuid4().hex,
             datetime.now(UTC),
-            "setup_error",
+            HarnessError.error_class if harness else "setup_error",
             f"{type(exc).__name__}: {exc}",
             wall_s=None,
-            fidelity=fidelity,
+            fidelity=fidelity or configured_fidelity(conf),
         )
         record.run["plan"] = plan.name
         if scheduled is not None:
             record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(
                 timespec="microseconds"
             )
-        try:
-            with Store(self.config.database) as store:
-                store.save_rollout(record)
-        except Exception:
-            log.exception("could not record the setup error")
+        self.save(record)
+        return record
 
     def _source(self, substrate: Substrate) -> RepoSource:
         """T2's repository over git://, served once per address the substrates reach."""
@@ -464,7 +545,10 @@ class Prober:
         with self._servers_lock:
             server = self.servers.get(host)
             if server is None:
-                server = GitServer(self.fixture.root, host=host).start()
+                try:
+                    server = GitServer(self.fixture.root, host=host).start()
+                except Exception as exc:  # rtax's own server, not the substrate
+                    raise HarnessError(f"git daemon on {host}: {exc}") from exc
                 self.servers[host] = server
         return RepoSource(
             server.url(self.fixture.bare_repo.name),
@@ -475,7 +559,8 @@ class Prober:
 
     def _run_with_deadline(
         self, substrate: Substrate, workload: workloads.Workload
-    ) -> RolloutRecord:
+    ) -> RolloutRecord | None:
+        """The rollout's record; None if the scheduler stopped while it was still busy."""
         deadline = self.config.deadline_s
         result: list[RolloutRecord] = []
         started = datetime.now(UTC)
@@ -492,7 +577,23 @@ class Prober:
         # The runner enforces the deadline between calls; this is the backstop for a call that
         # never returns (a hung API), with 10% of grace for the runner's own cleanup.
         backstop = deadline * 1.1 + 1.0
-        worker.join(backstop)
+        end = time.monotonic() + backstop
+        while worker.is_alive() and time.monotonic() < end:
+            if self.cancel.is_set():
+                # Stopping: the rollout ends at its next step and cleans up; one stuck in a
+                # long substrate call is not waited for (the next start's reaper removes what
+                # it leaves), so that stopping stays prompt.
+                worker.join(min(STOP_GRACE_S, max(end - time.monotonic(), 0)))
+                if worker.is_alive():
+                    log.warning(
+                        "rollout %s on %s still busy %.0f s after the stop: not recorded",
+                        run_id,
+                        substrate.name,
+                        STOP_GRACE_S,
+                    )
+                    return None
+                break
+            worker.join(min(0.1, max(end - time.monotonic(), 0)))  # supervising, not timing
         if result:
             return result[0]
         log.error(

@@ -90,22 +90,54 @@ def successful(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["status"] == "ok"]
 
 
+#: rtax's own failures (README.md#failure-classes): kept and shown, never a substrate's.
+HARNESS_ERROR = "harness_error"
+
+
+def attempts(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs a substrate answers for: all but rtax's own failures, which are shown apart
+    and never lower a success rate."""
+    if "error_class" not in runs:
+        return runs
+    return runs[runs["error_class"].ne(HARNESS_ERROR)]
+
+
+def success_rate(runs: pd.DataFrame) -> float:
+    """Successful runs / the substrate's attempts (`attempts`); NaN when there are none."""
+    counted = attempts(runs)
+    return len(successful(counted)) / len(counted) if len(counted) else math.nan
+
+
 def latency_table(
     runs: pd.DataFrame,
     metric: str,
     by: Sequence[str] = DEFAULT_GROUP,
     quantiles: Sequence[float] = QUANTILES,
 ) -> pd.DataFrame:
-    """Per group: runs, n (successful samples of `metric`), success rate, mean, percentiles."""
-    columns = [*by, "runs", "n", "success_rate", "mean", *(f"p{q:g}" for q in quantiles)]
+    """Per group: runs (the substrate's attempts), n (successful samples of `metric`), success
+    rate, mean, percentiles, and apart from them the harness errors (rtax's own failures)."""
+    columns = [
+        *by,
+        "runs",
+        "n",
+        "success_rate",
+        "mean",
+        *(f"p{q:g}" for q in quantiles),
+        "harness_errors",
+    ]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     for key, group in runs.groupby(list(by), sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         ok = successful(group)
+        counted = attempts(group)
         row = dict(zip(by, key, strict=True))
-        row.update(runs=len(group), success_rate=len(ok) / len(group))
+        row.update(
+            runs=len(counted),
+            success_rate=success_rate(group),
+            harness_errors=len(group) - len(counted),
+        )
         row.update(summarize(ok[metric], quantiles))
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
@@ -114,12 +146,11 @@ def latency_table(
 def phase_summary(runs: pd.DataFrame, quantiles: Sequence[float] = (50, 95)) -> pd.DataFrame:
     """One row per phase and derived metric over successful runs: n, mean, percentiles.
 
-    `success_rate` is the share of all runs given, repeated on every row so it is never far
-    from a latency figure.
+    `success_rate` is the share of the substrate's attempts (harness errors left out), repeated
+    on every row so it is never far from a latency figure.
     """
-    total = len(runs)
-    ok = successful(runs) if total else runs
-    rate = len(ok) / total if total else math.nan
+    ok = successful(runs) if len(runs) else runs
+    rate = success_rate(runs) if len(runs) else math.nan
     rows = []
     for column in (*PHASE_COLUMNS, *METRIC_COLUMNS):
         values = ok.get(column, [])

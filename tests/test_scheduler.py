@@ -252,6 +252,7 @@ interval = "1h"
     _wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
+    assert run["fidelity"] == "real"  # a local substrate is real by construction, not by default
     assert "control plane unreachable" in run["error_message"]
 
 
@@ -319,3 +320,112 @@ max_env_minutes_per_day = 1
         prober._in_flight["a-minute-a-day"] = [time.monotonic() - 90]
         why = prober._over_budget(conf.substrates["a-minute-a-day"], store)
         assert why is not None and "environment-minutes" in why
+
+
+def test_sigterm_during_ready_exits_promptly_and_records_nothing(
+    tmp_path: Path, attrs_fixture
+) -> None:
+    """Cancellation is not a failure: `rtax schedule` stopped while a rollout waits in its
+    ready phase (here a shell that refuses every command, as an environment that never accepts
+    commands would; the ready timeout is 120 s) exits within 5 s, stores no row (no false
+    ready_timeout) and leaves no environment behind."""
+    attempts = tmp_path / "attempts"
+    refuse = tmp_path / "refuse.sh"
+    refuse.write_text(f'#!/bin/sh\necho attempt >> "{attempts}"\nexit 1\n')
+    refuse.chmod(0o755)
+    envs = tmp_path / "envs"
+    file = tmp_path / "rtax.toml"
+    file.write_text(
+        'database = "rtax.db"\n'
+        '[[substrates]]\nname = "stubborn"\nkind = "local"\n'
+        f'params = {{ shell = "{refuse}", root = "{envs}", '
+        f'template = "{attrs_fixture.template}" }}\n'
+        '[[plans]]\nname = "p"\nsubstrates = ["stubborn"]\ntier = "T0"\ninterval = "1h"\n'
+    )
+    conf = config.load(file)
+    env = {**os.environ, "RTAX_FIXTURES_DIR": str(attrs_fixture.root)}
+    cmd = [sys.executable, "-m", "rtax", "schedule", "--config", str(file)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # In the ready phase: its environment exists and it has been refused a few times.
+        _wait_for(
+            lambda: attempts.exists() and len(attempts.read_text().split()) >= 3,
+            60,
+            "ready attempts",
+        )
+        assert list(envs.glob("rtax-*")), "the rollout's environment exists while in ready"
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 5.0, f"exited {took:.1f} s after SIGTERM; stderr: {err.decode()[-2000:]}"
+    assert proc.returncode == 143, err.decode()[-2000:]  # terminated, cleanly
+    assert _runs(conf.database).empty  # no false ready_timeout, no cancelled row
+    assert list(envs.glob("rtax-*")) == []  # cleaned up
+
+
+class _Unreachable(LocalSubstrate):
+    """A local substrate whose environments would reach this host at an address it does not
+    have (TEST-NET-1), so rtax's git daemon for T2 cannot bind there."""
+
+    def host_address(self) -> str:
+        return "192.0.2.1"
+
+
+def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
+    tmp_path: Path, attrs_fixture
+) -> None:
+    from rtax import stats
+
+    plans = PLAN_T0.replace('interval = "1s"', 'interval = "1h"') + (
+        '[[plans]]\nname = "clone"\nsubstrates = ["local"]\ntier = "T2"\ninterval = "1h"\n'
+    )
+    conf = _config(tmp_path, plans)
+
+    def factory(conf: SubstrateConfig, overrides: dict):
+        return _Unreachable(name=conf.name, root=tmp_path / "envs", template=attrs_fixture.template)
+
+    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
+    prober.start()
+    try:
+        _wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
+    finally:
+        prober.stop(wait=True)
+    runs = _runs(conf.database)
+    t0, t2 = (runs[runs["tier"] == t].iloc[0] for t in ("T0", "T2"))
+    assert t0["status"] == "ok"
+    assert (t2["status"], t2["error_class"], t2["fidelity"]) == ("failed", "harness_error", "real")
+    assert "git daemon on 192.0.2.1" in t2["error_message"]
+    # Kept, shown apart, and the substrate's success rate is its 1 of 1 attempts, not 1 of 2.
+    assert stats.success_rate(runs) == 1.0
+    by_tier = stats.latency_table(runs, "wall_s").set_index("tier")
+    assert (by_tier.loc["T2", "runs"], by_tier.loc["T2", "harness_errors"]) == (0, 1)
+
+
+def test_a_record_the_database_cannot_take_is_spooled_then_written(tmp_path: Path) -> None:
+    from factories import make_record
+
+    conf = _config(tmp_path, "")
+    prober = Prober(conf)
+    conf.database.mkdir()  # the database is unavailable (here: a folder stands in its place)
+    prober.save(make_record("first"))
+    assert prober.spool.exists() and not conf.database.is_file()  # nothing written, kept
+    conf.database.rmdir()
+    prober.save(make_record("second"))  # the database is back: the spool goes first
+    assert not prober.spool.exists()
+    assert sorted(_runs(conf.database)["run_id"]) == ["first", "second"]
+
+
+def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None:
+    from rtax.scheduler import configured_fidelity
+
+    def entry(kind: str, **fields) -> SubstrateConfig:
+        return SubstrateConfig(name=kind, kind=kind, params=fields.pop("params", {}), **fields)
+
+    assert configured_fidelity(entry("local")) == "real"  # real by construction
+    assert configured_fidelity(entry("ec2")) == "unknown"  # nobody saw its endpoint answer
+    assert configured_fidelity(entry("ec2", emulate=True)) == "emulated"
+    assert configured_fidelity(entry("daytona", params={"fidelity": "modelled"})) == "modelled"

@@ -166,6 +166,7 @@ def test_latency_table_groups_by_substrate_tier_steps() -> None:
         "p50",
         "p95",
         "p99",
+        "harness_errors",
     ]
     keys = list(zip(table["substrate"], table["tier"], table["steps"], strict=True))
     assert keys == [("a", "T0", 0), ("a", "T2", 10), ("b", "T0", 0)]  # sorted
@@ -217,7 +218,15 @@ def test_latency_table_ok_run_without_metric_counts_in_runs_not_n() -> None:
 def test_latency_table_custom_grouping_and_quantiles() -> None:
     runs = frame(run("a", "T0"), run("a", "T1"), run("b", "T1"))
     table = stats.latency_table(runs, "episode_s", by=("tier",), quantiles=(50,))
-    assert list(table.columns) == ["tier", "runs", "n", "success_rate", "mean", "p50"]
+    assert list(table.columns) == [
+        "tier",
+        "runs",
+        "n",
+        "success_rate",
+        "mean",
+        "p50",
+        "harness_errors",
+    ]
     assert table["tier"].tolist() == ["T0", "T1"]
     assert table["runs"].tolist() == [1, 2]
 
@@ -449,3 +458,20 @@ def test_default_grouping_never_mixes_modes_or_fidelities() -> None:
     )
     assert set(fits) == {"d", "d · session"}
     assert fits["d · session"].per_action_s == pytest.approx(0.01)
+
+
+def test_harness_errors_are_shown_apart_and_never_lower_a_success_rate() -> None:
+    """Worked by hand: 3 ok + 1 ready_timeout are the substrate's 4 attempts (3/4 = 0.75);
+    the 2 harness errors (rtax's git daemon, rtax's database) are counted apart. Counting
+    them would give 3/6 = 0.5."""
+    runs = frame(
+        *(run("a", episode_s=s) for s in (1.0, 2.0, 3.0)),
+        run("a", status="failed", episode_s=None, error_class="ready_timeout"),
+        *(run("a", status="failed", episode_s=None, error_class="harness_error") for _ in "xy"),
+    )
+    (row,) = stats.latency_table(runs, "episode_s").to_dict("records")
+    assert (row["runs"], row["n"], row["harness_errors"]) == (4, 3, 2)
+    assert row["success_rate"] == 0.75
+    assert set(stats.phase_summary(runs)["success_rate"]) == {0.75}
+    only_harness = runs[runs["error_class"] == "harness_error"]
+    assert math.isnan(stats.success_rate(only_harness))  # no attempt: no rate, not 0 %

@@ -26,7 +26,8 @@ def _age(started_at: pd.Series, now: datetime) -> pd.Series:
 
 def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     """Per series x tier x steps: time-to-first-command and episode p50/p95 with n, success
-    rate, seconds since the last probe, fidelity."""
+    rate, harness errors apart (rtax's own failures, not in `runs`), seconds since the last
+    probe, fidelity."""
     columns = [
         "series",
         "tier",
@@ -34,6 +35,7 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
         "fidelity",
         "runs",
         "success_rate",
+        "harness_errors",
         "ttfc_p50_s",
         "ttfc_p95_s",
         "ttfc_n",
@@ -47,7 +49,7 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     now = now or datetime.now(UTC)
     ttfc = stats.latency_table(runs, "time_to_first_command_s", by=GROUP, quantiles=(50, 95))
     episode = stats.latency_table(runs, "episode_s", by=GROUP, quantiles=(50, 95))
-    out = ttfc[[*GROUP, "runs", "success_rate"]].copy()
+    out = ttfc[[*GROUP, "runs", "success_rate", "harness_errors"]].copy()
     out["ttfc_p50_s"], out["ttfc_p95_s"], out["ttfc_n"] = ttfc["p50"], ttfc["p95"], ttfc["n"]
     out["episode_p50_s"], out["episode_p95_s"] = episode["p50"], episode["p95"]
     out["episode_n"] = episode["n"]
@@ -122,9 +124,9 @@ def trajectory_points(runs: pd.DataFrame, which: str = projection.TOTAL) -> pd.D
             {
                 "series": series,
                 "steps": int(steps),
-                "runs": len(group),
+                "runs": len(stats.attempts(group)),
                 "n": len(ok),
-                "success_rate": len(ok) / len(group),
+                "success_rate": stats.success_rate(group),
                 "seconds": value,
                 "per_action_s": value / steps,
             }
@@ -251,13 +253,14 @@ DATA_DICTIONARY = """
 | `tier`, `steps` | T0/T1/T2; `steps` 0 = the tier's fixed script, S > 0 = an S-action trajectory |
 | `fidelity` | real (measured here) / emulated (real client, emulated control plane) / modelled |
 | `status`, `error_class` | ok or failed, and why (failed runs never enter latency statistics) |
+| `harness_errors` | rtax's own failures (`harness_error`): kept and shown, not in `runs` |
 | `create_s` … `cleanup_s` | consecutive phases (s); with `overhead_s` they add up to `wall_s` |
 | `overhead_s` | wall time minus the sum of phases: the harness's own cost |
 | `time_to_first_command_s` | create + orchestration + ready |
 | `episode_s` | create request → end of the last action (the per-tier cold start) |
 | `series` | substrate · mode [fidelity]: what may be aggregated together |
 | `workload` | tier, or tier and trajectory length (`T2 S=50`) |
-| `n` | successful samples behind a statistic; `runs` counts all, `success_rate` = n / runs |
+| `n` | successful samples behind a statistic; `success_rate` = n / runs (attempts) |
 | `p50`, `p95`, `p99`, `mean` | seconds, from raw samples (linear interpolation) |
 | `latency_s` (actions) | one command, timed by the runner; `exec_s` timed by the substrate |
 | `phase` (actions) | ready (no-op attempts), setup (T2 clone), action |

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rtax import paths
+from rtax.substrates.emulated import EMULATION_HEADER
 
 #: substrate kind -> "module:Class" of its emulation
 REGISTRY: dict[str, str] = {
@@ -85,6 +86,28 @@ class LoopbackServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def identified(app: Any, kind: str) -> Any:
+    """`app` (ASGI) with `EMULATION_HEADER` on every HTTP response and WebSocket handshake, so
+    that an adapter pointed here labels its samples ``emulated`` whatever its configuration
+    says (`rtax.substrates.emulated`)."""
+    header = (EMULATION_HEADER.lower().encode(), kind.encode())
+    starts = ("http.response.start", "websocket.accept", "websocket.http.response.start")
+
+    async def stamped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await app(scope, receive, send)
+            return
+
+        async def send_stamped(message: dict[str, Any]) -> None:
+            if message["type"] in starts:
+                message = {**message, "headers": [*message.get("headers", []), header]}
+            await send(message)
+
+        await app(scope, receive, send_stamped)
+
+    return stamped
 
 
 def kinds() -> list[str]:

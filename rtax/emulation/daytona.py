@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rtax.emulation import LoopbackServer
+from rtax.emulation import LoopbackServer, identified
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates.base import CommandTimeout, Environment, SubstrateError, clock
 
@@ -229,7 +229,10 @@ class DaytonaEmulation(LoopbackServer):
         sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self._app(), log_level="warning", lifespan="off", ws="websockets-sansio"
+            identified(self._app(), self.kind),
+            log_level="warning",
+            lifespan="off",
+            ws="websockets-sansio",
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -51,6 +51,7 @@ from rtax.emulation import LoopbackServer
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates.base import CommandTimeout, Environment, EnvironmentLost, SubstrateError
 from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.emulated import EMULATION_HEADER
 
 #: SSM's limits on what GetCommandInvocation returns.
 STDOUT_LIMIT = 24_000
@@ -613,6 +614,7 @@ class _FrontHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         for key, value in headers:
             self.send_header(key, value)
+        self.send_header(EMULATION_HEADER, self.emulation.kind)  # moto's answers included
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if self.command != "HEAD":

@@ -74,6 +74,7 @@ from rtax.substrates.base import (
     redact,
     redacting,
 )
+from rtax.substrates.emulated import EmulationWatch
 
 MODES = ("exec", "session")
 _TIMEOUT_EXITS = (124, 137)
@@ -122,7 +123,10 @@ class DaytonaSubstrate:
         if auto_stop_interval_min <= 0:
             raise ValueError("auto_stop_interval_min must be > 0 so that a leaked sandbox stops")
         self.name = name
-        self.fidelity = fidelity
+        self._fidelity = fidelity
+        #: an rtax emulation's answer makes the samples `emulated`, whatever was configured
+        #: (shared by every substrate of the same SDK client, see `client`)
+        self.emulation = EmulationWatch()
         self.api_url = api_url or os.environ.get("DAYTONA_API_URL") or _DEFAULT_API_URL
         self.target = target or os.environ.get("DAYTONA_TARGET")
         self.snapshot = None if image else snapshot  # an image replaces the snapshot
@@ -144,6 +148,10 @@ class DaytonaSubstrate:
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
         self._nonce = "__rtax_" + secrets.token_hex(8)
         self._marker = re.compile(rf"\n{self._nonce} rc (\d+)\n")
+
+    @property
+    def fidelity(self) -> str:
+        return self.emulation.fidelity(self._fidelity)
 
     # -- the SDK client, made on first use --------------------------------------------------
 
@@ -170,9 +178,13 @@ class DaytonaSubstrate:
                 entry = _CLIENTS.get(ident)
                 if entry is None:
                     config = DaytonaConfig(api_key=key, api_url=self.api_url, target=self.target)
-                    entry = _CLIENTS[ident] = [Daytona(config), 0]
+                    sdk, watch = Daytona(config), EmulationWatch()
+                    watch.watch_openapi(sdk._api_client)  # API calls
+                    watch.watch_openapi(sdk._toolbox_api_client)  # commands in a sandbox
+                    entry = _CLIENTS[ident] = [sdk, 0, watch]
                 entry[1] += 1
-            self._client, self._client_ident = entry[0], ident
+            # The endpoint's answers are the client's: shared with its other users.
+            self._client, self._client_ident, self.emulation = entry[0], ident, entry[2]
         dispatcher = getattr(self._client, "_event_dispatcher", None)
         if dispatcher is not None:
             dispatcher.ensure_connected()  # non-blocking; after an idle disconnect, reconnects

@@ -68,6 +68,7 @@ from rtax.substrates.base import (
     clock,
     redacting,
 )
+from rtax.substrates.emulated import EmulationWatch
 
 #: Error codes that mean "slow down" across EC2 (Query) and SSM (JSON) and S3-style answers.
 THROTTLE_CODES = frozenset(
@@ -176,7 +177,9 @@ class Ec2Substrate:
         if throttle_attempts < 1:
             raise ValueError("throttle_attempts must be >= 1")
         self.name = name
-        self.fidelity = fidelity
+        self._fidelity = fidelity
+        #: an rtax emulation's answer makes the samples `emulated`, whatever was configured
+        self.emulation = EmulationWatch()
         self.region = region
         self.ami = ami
         self.instance_type = instance_type
@@ -218,6 +221,12 @@ class Ec2Substrate:
         self._session = session
         self.ec2 = session.client("ec2", endpoint_url=endpoint, config=config)
         self.ssm = session.client("ssm", endpoint_url=endpoint, config=config)
+        self.emulation.watch_boto3(self.ec2)
+        self.emulation.watch_boto3(self.ssm)
+
+    @property
+    def fidelity(self) -> str:
+        return self.emulation.fidelity(self._fidelity)
 
     def _secrets(self) -> list[str]:
         """What `redacting` keeps out of every error leaving this substrate: the session's

@@ -76,6 +76,7 @@ from rtax.substrates.base import (
     clock,
     redacting,
 )
+from rtax.substrates.emulated import EmulationWatch
 
 #: Exit status of coreutils `timeout` when it had to stop the command.
 _TIMEOUT_EXIT = 124
@@ -83,8 +84,6 @@ _KILL_GRACE_S = 1.0
 #: How long past a command's timeout the WebSocket is waited for before it is closed.
 _WS_MARGIN_S = 10.0
 CONTAINER = "main"
-#: How the gitVersion of rtax's Kubernetes emulation ends (rtax.emulation.kubernetes).
-_EMULATED_VERSION = "-rtax-emulated"
 PROTOCOLS = {"v4": "v4.channel.k8s.io", "v5": "v5.channel.k8s.io"}
 #: Waiting reasons after which a container will not start without a change of spec.
 FATAL_WAITING = {
@@ -161,7 +160,9 @@ class KubernetesSubstrate:
         if exec_protocol is not None and exec_protocol not in PROTOCOLS:
             raise ValueError(f"exec_protocol must be v4, v5 or unset, got {exec_protocol!r}")
         self.name = name
-        self.fidelity = fidelity
+        self._fidelity = fidelity
+        #: an rtax emulation's answer makes the samples `emulated`, whatever was configured
+        self.emulation = EmulationWatch()
         self.namespace = namespace
         self.image = image
         self.image_pull_policy = image_pull_policy
@@ -185,10 +186,15 @@ class KubernetesSubstrate:
         )
         k8s = _k8s()
         self.api = k8s.client.CoreV1Api(k8s.client.ApiClient(self._cfg))
+        self.emulation.watch_openapi(self.api.api_client)
         # `stream()` swaps its ApiClient's request method while it connects: one per thread.
         self._exec_clients = threading.local()
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
         self._server_version: str | None = None
+
+    @property
+    def fidelity(self) -> str:
+        return self.emulation.fidelity(self._fidelity)
 
     @staticmethod
     def _configuration(
@@ -797,9 +803,6 @@ class KubernetesSubstrate:
             version_api = k8s.client.VersionApi(self.api.api_client)
             info = self._plain("version", version_api.get_code)
             self._server_version = str(info.get("gitVersion"))
-            if self._server_version.endswith(_EMULATED_VERSION) and self.fidelity == "real":
-                # rtax's own emulation answers here: its samples can't be labelled real.
-                self.fidelity = "emulated"
         return self._server_version
 
     def host_address(self) -> str:

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.emulation import LoopbackServer
+from rtax.emulation import LoopbackServer, identified
 from rtax.emulation.kubernetes.api import (
     field_matcher,
     grace_period,
@@ -95,7 +95,7 @@ class KubernetesEmulation(LoopbackServer):
         sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self._app(),
+            identified(self._app(), self.kind),
             log_level="warning",
             access_log=False,
             ws="websockets-sansio",
