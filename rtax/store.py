@@ -70,8 +70,19 @@ ACTION_COLUMNS: dict[str, type] = {
 }
 
 
+#: Per phase, the poll gap at which its end was detected (README.md#resolution); NULL where
+#: nothing was polled. Added by `_v5`.
+RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
 #: Every column of runs, in order, as of the latest schema.
-RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode", "plan", "scheduled_at")
+RUN_COLUMNS_ALL: tuple[str, ...] = (
+    *RUN_COLUMNS,
+    "mode",
+    "plan",
+    "scheduled_at",
+    *RESOLUTION_COLUMNS,
+)
+#: Every column of actions, in order, as of the latest schema.
+ACTION_COLUMNS_ALL: tuple[str, ...] = (*ACTION_COLUMNS, "resolution_s")
 
 
 class StoreError(RuntimeError):
@@ -115,12 +126,21 @@ def _v4(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
 
 
+def _v5(db: sqlite_utils.Database) -> None:
+    """Resolution (README.md#resolution): per phase on runs, per command on actions. Older
+    rows keep NULL: their polling (an exponential back-off) was not recorded."""
+    for column in RESOLUTION_COLUMNS:
+        db.execute(f"ALTER TABLE [runs] ADD COLUMN [{column}] REAL")
+    db.execute("ALTER TABLE [actions] ADD COLUMN [resolution_s] REAL")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
     (2, _v2),
     (3, _v3),
     (4, _v4),
+    (5, _v5),
 )
 ROLLUP_COLUMNS = (
     "substrate",
@@ -225,7 +245,7 @@ class Store:
         run_sql = (
             f"INSERT INTO runs ({', '.join(run_cols)}) VALUES ({', '.join('?' for _ in run_cols)})"
         )
-        act_cols = list(ACTION_COLUMNS)
+        act_cols = list(ACTION_COLUMNS_ALL)
         act_sql = (
             f"INSERT INTO actions ({', '.join(act_cols)}) "
             f"VALUES ({', '.join('?' for _ in act_cols)})"
@@ -364,7 +384,7 @@ class Store:
                 f"SELECT a.*, {_ACTION_CONTEXT} FROM actions a JOIN runs r ON r.run_id = a.run_id "
                 f"{where} ORDER BY r.started_at, a.run_id, a.seq"
             )
-            columns = [*ACTION_COLUMNS, *_CONTEXT_NAMES]
+            columns = [*ACTION_COLUMNS_ALL, *_CONTEXT_NAMES]
         else:
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
         first = True

@@ -47,6 +47,7 @@ def test_first_check_success_has_no_resolution() -> None:
         check, interval_s=0.05, deadline=clock.t + 1, timeout=Gone, now=clock.now, sleep=clock.sleep
     )
     assert (got.value, got.resolution_s, got.attempts) == ("yes", 0.0, 1)
+    assert seen == [100.0]
     assert clock.sleeps == []
 
 

@@ -1,4 +1,4 @@
-"""One way to learn of an event by polling: a fixed interval, a deadline, and a disclosed resolution.
+"""Learning of an event by polling: a fixed interval, a deadline, and a disclosed resolution.
 
 Why one helper (README.md#resolution): when rtax learns of an event (a container running, a
 command finished, an instance terminated) by asking again and again, the moment it records is
