@@ -12,7 +12,7 @@ Why these choices (README.md#ec2):
   ready = the SSM agent online (``DescribeInstanceInformation`` PingStatus ``Online``) and a first
   command succeeded; cleanup = ``TerminateInstances``, then wait for ``terminated``.
 - An action is one ``SendCommand``, then ``GetCommandInvocation`` polled every
-  `poll_interval_s` (fixed, 50 ms by default) with a deadline; instance and agent state every
+  `poll_interval_s` (fixed, 40 ms by default) with a deadline; instance and agent state every
   `state_poll_interval_s` (250 ms). The poll gap at detection is reported as the resolution of
   the action or phase (`rtax.substrates.poll`, README.md#resolution), never hidden in it.
   Exit codes are SSM's ``ResponseCode``; stdout and stderr are kept apart. SSM keeps only the
@@ -171,7 +171,7 @@ class Ec2Substrate:
         throttle_attempts: int = 8,
         throttle_backoff_s: float = 0.5,
         throttle_deadline_s: float = 120.0,
-        poll_interval_s: float = 0.05,
+        poll_interval_s: float = 0.04,
         state_poll_interval_s: float = 0.25,
         agent_wait_s: float = 5.0,
         command_grace_s: float = 30.0,
@@ -203,11 +203,13 @@ class Ec2Substrate:
         # region with a token bucket; its documented non-mutating bucket (DescribeInstances'
         # kind) refills at 20 requests/s, so one rollout polling instance state every 250 ms
         # (4/s) leaves room for a few concurrent rollouts, and instance state changes take
-        # seconds on a real account (250 ms stays under 5 % of them). SSM throttles per account
-        # and region the same way; GetCommandInvocation is polled every 50 ms (20/s per command
-        # in flight) because its detection gap is added to every action's latency and actions
-        # take tenths of seconds. Lower it for many concurrent rollouts on one account (a
-        # throttled poll is retried and, if it persists, the action is `rate_limited`).
+        # seconds on a real account (250 ms stays under 5 % of them). SSM throttles per API,
+        # account and region too (its quotas: the AWS General Reference, "Systems Manager
+        # endpoints and quotas"; they can be raised). GetCommandInvocation is polled every
+        # 40 ms, 25 requests/s per command in flight, because its detection gap lands in every
+        # action's latency and actions take tenths of seconds: with the round trips, a command
+        # is recorded within 60 ms of its end. Raise it for many concurrent rollouts on one
+        # account (a throttled poll is retried; if throttling persists, `rate_limited`).
         self.poll_interval_s = poll_interval_s
         self.state_poll_interval_s = state_poll_interval_s
         self.agent_wait_s = agent_wait_s
