@@ -129,3 +129,58 @@ def test_real_clock_smoke() -> None:
     )
     assert got.value - t_event <= got.resolution_s + 0.005  # + the check's own cost
     assert 0 < got.resolution_s < 0.5  # generous: a loaded machine oversleeps
+
+
+def test_the_runner_records_reported_and_ready_resolutions() -> None:
+    """A fake substrate on a fake clock: two refused ready attempts, then success; the
+    substrate reports orchestration and cleanup resolutions and one polled action."""
+    from rtax.probe import ProbeOptions, run_rollout
+    from rtax.substrates.base import CommandResult, Environment, ExecError
+    from rtax.workloads import Action, Workload
+
+    clock = FakeClock(0.0)
+
+    class Fake:
+        name = kind = "fake"
+        fidelity = "modelled"
+        refusals = 2
+
+        def create(self, run_id: str) -> Environment:
+            return Environment("e", run_id)
+
+        def wait_running(self, env: Environment, timeout_s: float) -> None:
+            env.resolved("orchestration", 0.25)
+
+        def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+            clock.t += 0.003
+            if command == "true" and self.refusals:
+                self.refusals -= 1
+                raise ExecError("not yet")
+            polled = 0.04 if command != "true" else None
+            return CommandResult(0, "", "", 0.003, resolution_s=polled)
+
+        def destroy(self, env: Environment, timeout_s: float) -> None:
+            env.resolved("cleanup", 0.01)
+            env.resolved("cleanup", 0.02)  # two polled events in one phase add up
+
+        def describe(self) -> dict:
+            return {}
+
+    work = Workload("T0", 0, 0, actions=(Action("exec", "a"), Action("exec", "b")))
+    record = run_rollout(
+        Fake(),  # type: ignore[arg-type]
+        work,
+        options=ProbeOptions(ready_interval_s=0.02),
+        now=clock.now,
+        sleep=clock.sleep,
+        provenance={"host": "h", "rtax_version": "0"},
+    )
+    run = record.run
+    assert run["status"] == "ok", run["error_message"]
+    assert clock.sleeps == pytest.approx([0.02, 0.02])  # fixed pauses between ready attempts
+    assert run["ready_res_s"] == pytest.approx(0.02)
+    assert run["orchestration_res_s"] == 0.25
+    assert run["cleanup_res_s"] == pytest.approx(0.03)
+    assert run["actions_res_s"] == pytest.approx(0.08)
+    assert run["create_res_s"] is None and run["setup_res_s"] is None
+    assert [a.get("resolution_s") for a in record.actions] == [None, None, None, 0.04, 0.04]
