@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from rtax import __version__, paths
-from rtax.store import ACTION_COLUMNS, RUN_COLUMNS_ALL, Store
+from rtax.store import ACTION_COLUMNS_ALL, RUN_COLUMNS_ALL, Store
 
 #: series -> (median create, orchestration, ready, per-action seconds, clone seconds)
 PROFILES = {
@@ -56,7 +56,7 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
     start = now - timedelta(days=days)
     offsets = np.sort(rng.uniform(0, days * 86400, runs))
     conn = sqlite3.connect(path, isolation_level=None)
-    run_cols, act_cols = list(RUN_COLUMNS_ALL), list(ACTION_COLUMNS)
+    run_cols, act_cols = list(RUN_COLUMNS_ALL), list(ACTION_COLUMNS_ALL)
     run_sql = f"INSERT INTO runs ({','.join(run_cols)}) VALUES ({','.join('?' * len(run_cols))})"
     act_sql = f"INSERT INTO actions ({','.join(act_cols)}) VALUES ({','.join('?' * len(act_cols))})"
     provenance = json.dumps(

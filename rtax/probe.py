@@ -7,6 +7,10 @@ Why it is built this way (README.md#measurement-model):
   left over, `overhead`, is the harness's own cost (bookkeeping between calls); it is recorded and
   shown, never folded into a phase.
 - Every command is a raw sample (an action row), ready attempts and setup included.
+- Where the end of a phase or action was learned by polling, the poll gap at detection is kept
+  beside it as its resolution (``<phase>_res_s``, an action's ``resolution_s``;
+  README.md#resolution): the substrate reports it through `Environment.resolution` and
+  `CommandResult.resolution_s`, the ready retry loop is the runner's own poll.
 - A failure is classified, cleanup is still attempted and timed, and the row is kept. A rollout
   interrupted by the user (Ctrl-C) is cleaned up and then *not* recorded: half a rollout is no
   sample. The record is returned whole and the store writes it in one transaction.
@@ -38,6 +42,7 @@ from rtax.substrates.base import (
     SubstrateError,
     clock,
 )
+from rtax.substrates.poll import poll
 from rtax.workloads import Action, Workload
 
 PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup")
@@ -97,6 +102,11 @@ class ProbeOptions:
     ready_timeout_s: float = 120.0
     cleanup_timeout_s: float = 120.0
     deadline_s: float = 3600.0
+    #: The fixed pause between ready attempts (README.md#resolution): short, because the pause
+    #: before the successful attempt is the ready phase's resolution; not shorter, because an
+    #: instantly failing attempt must not become tens of thousands of sample rows (at most
+    #: ready_timeout_s / ready_interval_s of them).
+    ready_interval_s: float = 0.02
     #: set from outside (a scheduler shutting down) to end the rollout at its next step
     cancel: threading.Event | None = None
 
@@ -131,14 +141,18 @@ class _Rollout:
         run_id: str,
         options: ProbeOptions,
         now: Callable[[], float],
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.sub = substrate
         self.workload = workload
         self.run_id = run_id
         self.opt = options
         self.now = now
+        self.sleep = sleep
         self.t0 = now()
         self.phases: dict[str, float] = {}
+        #: resolutions the runner itself measured (the ready retry loop)
+        self.resolution: dict[str, float] = {}
         self.actions: list[dict[str, Any]] = []
         self.env: Environment | None = None
         self.episode_end: float | None = None
@@ -209,6 +223,7 @@ class _Rollout:
         row.update(
             latency_s=latency,
             exec_s=result.latency_s,
+            resolution_s=result.resolution_s,
             exit_code=result.exit_code,
             stdout_bytes=_size(result.stdout, result.stdout_bytes),
             stderr_bytes=_size(result.stderr, result.stderr_bytes),
@@ -233,13 +248,17 @@ class _Rollout:
             self.phases["ready"] = self.now() - start
 
     def _ready_attempts(self, deadline: float) -> None:
-        attempt = 0
-        while True:
+        """Attempts at a fixed interval (`rtax.substrates.poll`). Readiness happened between
+        the last refused attempt and the successful one, so the ready phase's resolution is
+        the pause before the successful attempt plus that attempt's own resolution (0 when the
+        first attempt succeeded and its answer was not polled for)."""
+        attempts = 0
+        last = ""
+
+        def attempt() -> dict[str, Any] | None:
+            nonlocal attempts, last
             try:
-                _, problem = self.command("ready", attempt, Action("ready", READY_COMMAND))
-                if not problem:
-                    return
-                last = problem
+                _, problem = self.command("ready", attempts, Action("ready", READY_COMMAND))
             except (DeadlineExceeded, ReadyTimeout, Cancelled):
                 raise  # a stop is not a refusal to retry (README.md#failure-classes)
             except SubstrateError as exc:
@@ -251,23 +270,32 @@ class _Rollout:
                     "rate_limited",
                 ):
                     raise
-                last = str(exc)
-            attempt += 1
-            if self.now() >= deadline:
-                raise ReadyTimeout(
-                    f"no successful {READY_COMMAND!r} after {attempt} "
-                    f"attempts in {self.opt.ready_timeout_s:g} s: {last}"
-                )
-            # Back off (5 ms doubling to 250 ms): waiting is what the ready phase measures, and
-            # an instant failure must not become tens of thousands of sample rows.
-            self.pause(min(0.005 * 2 ** min(attempt, 6), 0.25, max(deadline - self.now(), 0)))
+                problem = str(exc)
+            attempts += 1
+            if not problem:
+                return self.actions[-1]
+            last = problem
+            return None
+
+        found = poll(
+            attempt,
+            interval_s=self.opt.ready_interval_s,
+            deadline=deadline,
+            timeout=lambda: ReadyTimeout(
+                f"no successful {READY_COMMAND!r} after {attempts} "
+                f"attempts in {self.opt.ready_timeout_s:g} s: {last}"
+            ),
+            now=self.now,
+            sleep=self.pause,
+        )
+        self.resolution["ready"] = found.resolution_s + (found.value.get("resolution_s") or 0.0)
 
     def pause(self, seconds: float) -> None:
-        """Sleep, but wake at once when the caller cancels: a stopping scheduler must not wait
-        out a back-off (README.md#scheduler)."""
+        """Sleep (the injected `sleep`), but wake at once when the caller cancels: a stopping
+        scheduler must not wait out a pause (README.md#scheduler)."""
         cancel = self.opt.cancel
         if cancel is None:
-            time.sleep(seconds)
+            self.sleep(seconds)
         elif cancel.wait(seconds):
             raise Cancelled("cancelled: the scheduler is stopping")
 
@@ -306,6 +334,22 @@ class _Rollout:
                 self.error_class = CleanupFailed.error_class
                 self.error_message = f"{type(exc).__name__}: {exc}"
 
+    def resolutions(self) -> dict[str, float | None]:
+        """``<phase>_res_s`` for each phase: the substrate's reported resolution, the ready
+        loop's own, or for setup and actions the sum over their commands (each polled
+        detection can be late by its resolution). None where nothing was polled."""
+        reported = dict(self.env.resolution) if self.env is not None else {}
+        reported.update(self.resolution)
+        for phase in ("setup", "actions"):
+            polled = [
+                r["resolution_s"]
+                for r in self.actions
+                if r["phase"] == _ROW_PHASE.get(phase, phase) and r.get("resolution_s") is not None
+            ]
+            if polled:
+                reported[phase] = sum(polled)
+        return {f"{p}_res_s": reported.get(p) for p in PHASES}
+
     def record(self, started_at: str, provenance: dict[str, Any]) -> RolloutRecord:
         end = self.now()
         wall = end - self.t0
@@ -340,6 +384,7 @@ class _Rollout:
             "n_actions": len(self.workload.actions),
             "n_actions_done": self.n_done,
             "cleanup_ok": None if self.cleanup_ok is None else int(self.cleanup_ok),
+            **self.resolutions(),
             "milestones": json.dumps(milestones),
             "host": provenance["host"],
             "rtax_version": provenance["rtax_version"],
@@ -376,12 +421,13 @@ def run_rollout(
     options: ProbeOptions | None = None,
     now: Callable[[], float] = clock,
     provenance: dict[str, Any] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> RolloutRecord:
     """Run one rollout and return its record; never raises for a substrate or workload failure.
 
     KeyboardInterrupt and SystemExit still propagate (after cleanup), so an interrupted rollout
-    leaves no row at all. `now` is injectable for tests; it must be the clock that substrates
-    mark milestones with.
+    leaves no row at all. `now` and `sleep` (the ready loop's pause) are injectable for tests;
+    `now` must be the clock that substrates mark milestones with.
     """
     run_id = run_id or uuid.uuid4().hex
     if provenance is None:
@@ -401,7 +447,7 @@ def run_rollout(
                 fidelity=substrate.fidelity,
             )
     started_at = _utcnow()
-    state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now)
+    state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now, sleep)
     try:
         state.body()
     except (SubstrateError, WorkloadFailed, HarnessError) as exc:
@@ -453,6 +499,7 @@ def failed_record(
         "error_class": error_class,
         "error_message": message[:1000],
         **{f"{p}_s": None for p in PHASES},
+        **{f"{p}_res_s": None for p in PHASES},
         "overhead_s": None,
         "wall_s": wall_s,
         "time_to_first_command_s": None,

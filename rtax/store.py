@@ -70,8 +70,20 @@ ACTION_COLUMNS: dict[str, type] = {
 }
 
 
+#: Per phase, the poll gap at which its end was detected (README.md#resolution); NULL where
+#: nothing was polled. Added by `_v5`.
+RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
 #: Every column of runs, in order, as of the latest schema.
-RUN_COLUMNS_ALL: tuple[str, ...] = (*RUN_COLUMNS, "mode", "plan", "scheduled_at", "toolchain")
+RUN_COLUMNS_ALL: tuple[str, ...] = (
+    *RUN_COLUMNS,
+    "mode",
+    "plan",
+    "scheduled_at",
+    *RESOLUTION_COLUMNS,
+    "toolchain",
+)
+#: Every column of actions, in order, as of the latest schema.
+ACTION_COLUMNS_ALL: tuple[str, ...] = (*ACTION_COLUMNS, "resolution_s")
 
 
 class StoreError(RuntimeError):
@@ -116,6 +128,14 @@ def _v4(db: sqlite_utils.Database) -> None:
 
 
 def _v5(db: sqlite_utils.Database) -> None:
+    """Resolution (README.md#resolution): per phase on runs, per command on actions. Older
+    rows keep NULL: their polling (an exponential back-off) was not recorded."""
+    for column in RESOLUTION_COLUMNS:
+        db.execute(f"ALTER TABLE [runs] ADD COLUMN [{column}] REAL")
+    db.execute("ALTER TABLE [actions] ADD COLUMN [resolution_s] REAL")
+
+
+def _v6(db: sqlite_utils.Database) -> None:
     """The workload toolchain's digest on every run (README.md#the-workload-toolchain), so that
     a series whose toolchain differs from the local floor's can be told apart; older rows have
     none (unknown)."""
@@ -129,6 +149,7 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (3, _v3),
     (4, _v4),
     (5, _v5),
+    (6, _v6),
 )
 ROLLUP_COLUMNS = (
     "substrate",
@@ -233,7 +254,7 @@ class Store:
         run_sql = (
             f"INSERT INTO runs ({', '.join(run_cols)}) VALUES ({', '.join('?' for _ in run_cols)})"
         )
-        act_cols = list(ACTION_COLUMNS)
+        act_cols = list(ACTION_COLUMNS_ALL)
         act_sql = (
             f"INSERT INTO actions ({', '.join(act_cols)}) "
             f"VALUES ({', '.join('?' for _ in act_cols)})"
@@ -381,7 +402,7 @@ class Store:
                 f"SELECT a.*, {_ACTION_CONTEXT} FROM actions a JOIN runs r ON r.run_id = a.run_id "
                 f"{where} ORDER BY r.started_at, a.run_id, a.seq"
             )
-            columns = [*ACTION_COLUMNS, *_CONTEXT_NAMES]
+            columns = [*ACTION_COLUMNS_ALL, *_CONTEXT_NAMES]
         else:
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
         first = True

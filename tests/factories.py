@@ -35,6 +35,7 @@ def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
         "n_actions": 1,
         "n_actions_done": 1,
         "cleanup_ok": 1,
+        **{f"{p}_res_s": None for p in PHASES},
         "milestones": json.dumps([{"name": "created", "t_s": 0.005}]),
         "host": "test-host",
         "rtax_version": "0.1.0",
@@ -61,6 +62,7 @@ def make_action(run_id: str, seq: int, phase: str = "action", **overrides: Any) 
         "stdout_bytes": 2,
         "stderr_bytes": 0,
         "ok": 1,
+        "resolution_s": None,
     }
     row.update(overrides)
     return row

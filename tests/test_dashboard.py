@@ -374,3 +374,58 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     opted.run()
     opted.switch_page("pages/cold_start.py").run()
     assert opted.metric[0].value == "8.0×"  # 8.0 / 1.0
+
+
+def test_resolution_is_shown_beside_a_percentile_only_where_it_exceeds_5_percent(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A polled series (EC2-like: actions detected at 40 ms) beside one that polled nothing:
+    the resolution appears only where it exceeds 5 % of the p50 beside it."""
+    path = tmp_path / "res.db"
+    with Store(path) as store:
+        for i, episode in enumerate((1.0, 1.2, 1.1)):
+            # episode resolution = orchestration 0.25 + ready 0.04 + actions 0.2 = 0.49 s,
+            # the coarsest of the three samples (the others poll finer)
+            actions_res = (0.2, 0.1, 0.12)[i]
+            store.save_rollout(
+                _record(
+                    i,
+                    "ec2",
+                    "T0",
+                    0,
+                    episode,
+                    time_to_first_command_s=10.0,
+                    orchestration_res_s=0.25,
+                    ready_res_s=0.04,
+                    actions_res_s=actions_res,
+                    cleanup_res_s=0.25,
+                )
+            )
+        for i, episode in enumerate((0.3, 0.31), start=10):
+            store.save_rollout(_record(i, "docker", "T0", 0, episode, cleanup_res_s=0.0))
+    at = _app(path, monkeypatch)
+    shown = at.dataframe[0].value.set_index("series")
+    # episode p50 1.1 s: 0.49 s > 5 % of it -> shown; ttfc p50 10 s: 0.29 s < 0.5 s -> not
+    assert shown.loc["ec2", "episode_res_s"] == pytest.approx(0.25 + 0.04 + 0.2)
+    assert pd.isna(shown.loc["ec2", "ttfc_res_s"])
+    assert pd.isna(shown.loc["docker", "episode_res_s"])  # nothing polled: nothing shown
+
+    at.switch_page("pages/decomposition.py").run()
+    phases = at.dataframe[0].value.set_index(["series", "phase"])
+    assert phases.loc[("ec2", "cleanup"), "res_s"] == pytest.approx(0.25)
+    assert phases.loc[("ec2", "actions"), "res_s"] == pytest.approx(0.2)
+    assert pd.isna(phases.loc[("ec2", "create"), "res_s"])
+    assert pd.isna(phases.loc[("docker", "cleanup"), "res_s"])  # polled, detected at once
+
+    at.switch_page("pages/cold_start.py").run()
+    cold = at.dataframe[0].value.set_index("series")
+    assert cold.loc["ec2", "res_s"] == pytest.approx(0.49)
+
+
+def test_disclosed_is_the_5_percent_rule() -> None:
+    assert tables.disclosed(0.051, 1.0) == 0.051
+    assert math.isnan(tables.disclosed(0.05, 1.0))
+    assert math.isnan(tables.disclosed(math.nan, 1.0))
+    runs = pd.DataFrame({"create_res_s": [None, 0.1], "ready_res_s": [None, 0.02]})
+    assert math.isnan(tables.resolution_of(runs, "time_to_first_command_s")[0])
+    assert tables.resolution_of(runs, "time_to_first_command_s")[1] == pytest.approx(0.12)

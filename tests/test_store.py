@@ -13,8 +13,9 @@ import sqlite_utils
 
 from factories import make_action, make_record, make_run
 from rtax import store as store_module
+from rtax.probe import RolloutRecord
 from rtax.store import (
-    ACTION_COLUMNS,
+    ACTION_COLUMNS_ALL,
     RUN_COLUMNS,
     RUN_COLUMNS_ALL,
     SCHEMA_VERSION,
@@ -39,7 +40,7 @@ def test_new_database_has_current_schema_and_wal(store: Store, db_path: Path) ->
     assert store.db.journal_mode == "wal"
     assert set(store.db.table_names()) >= {"runs", "actions"}
     assert set(store.db["runs"].columns_dict) == set(RUN_COLUMNS_ALL)
-    assert set(store.db["actions"].columns_dict) == set(ACTION_COLUMNS)
+    assert set(store.db["actions"].columns_dict) == set(ACTION_COLUMNS_ALL)
     assert store.count("runs") == 0 and store.count("actions") == 0
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -294,9 +295,12 @@ def _make_v1_file(path: Path) -> None:
     store_module._v1(db)
     db.execute("PRAGMA user_version = 1")
     old = make_run("old-run", started_at="2024-06-01T12:00:00+00:00", episode_s=2.5)
-    del old["mode"]
+    for later in ("mode", *store_module.RESOLUTION_COLUMNS):
+        del old[later]
     db["runs"].insert(old)
-    db["actions"].insert(make_action("old-run", 0, "ready"))
+    old_action = make_action("old-run", 0, "ready")
+    del old_action["resolution_s"]
+    db["actions"].insert(old_action)
     db.conn.commit()
     db.conn.close()
 
@@ -326,6 +330,65 @@ def test_v1_file_is_upgraded(db_path: Path) -> None:
 
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_v4_file_gains_resolution_columns_and_keeps_old_rows(db_path: Path) -> None:
+    """A file written before resolution was recorded (v4): its rows keep NULL, which means
+    "not recorded", and new rows carry their resolutions (README.md#resolution)."""
+    db = sqlite_utils.Database(db_path)
+    for version, migration in store_module.MIGRATIONS:
+        if version <= 4:
+            migration(db)
+    db.execute("PRAGMA user_version = 4")
+    old = make_run("old-run", started_at="2024-06-01T12:00:00+00:00")
+    for column in store_module.RESOLUTION_COLUMNS:
+        del old[column]
+    db["runs"].insert(old)
+    old_action = make_action("old-run", 0, "ready")
+    del old_action["resolution_s"]
+    db["actions"].insert(old_action)
+    db.conn.commit()
+    db.conn.close()
+
+    with Store(db_path) as s:
+        assert s.version == SCHEMA_VERSION
+        s.save_rollout(
+            RolloutRecord(
+                run=make_run(
+                    "new-run", orchestration_res_s=0.25, actions_res_s=0.1, cleanup_res_s=0.0
+                ),
+                actions=[
+                    make_action("new-run", 0, "ready"),
+                    make_action("new-run", 1, "action", resolution_s=0.05),
+                    make_action("new-run", 2, "action", resolution_s=0.05),
+                ],
+            )
+        )
+        runs = s.runs().set_index("run_id")
+        assert pd.isna(runs.loc["old-run", "orchestration_res_s"])
+        assert runs.loc["new-run", "orchestration_res_s"] == pytest.approx(0.25)
+        assert runs.loc["new-run", "cleanup_res_s"] == 0.0
+        assert pd.isna(runs.loc["new-run", "create_res_s"])
+        actions = s.actions()
+        old_res = actions[actions["run_id"] == "old-run"]["resolution_s"]
+        new_res = actions[actions["run_id"] == "new-run"]["resolution_s"]
+        assert old_res.isna().all() and len(old_res) == 1
+        assert new_res.isna().tolist() == [True, False, False]
+        assert new_res.iloc[1:].tolist() == pytest.approx([0.05, 0.05])
+
+
+def test_export_carries_resolution(store: Store, tmp_path: Path) -> None:
+    store.save_rollout(
+        RolloutRecord(
+            run=make_run("r1", ready_res_s=0.02),
+            actions=[make_action("r1", 0, "action", resolution_s=0.05)],
+        )
+    )
+    runs_csv, actions_csv = tmp_path / "runs.csv", tmp_path / "actions.csv"
+    store.export_csv("runs", runs_csv)
+    store.export_csv("actions", actions_csv)
+    assert pd.read_csv(runs_csv)["ready_res_s"].tolist() == [0.02]
+    assert pd.read_csv(actions_csv)["resolution_s"].tolist() == [0.05]
 
 
 def test_migrate_reports_versions_applied(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

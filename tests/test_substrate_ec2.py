@@ -64,7 +64,7 @@ def fast(emulation: Ec2Emulation) -> Ec2Substrate:
         name="ec2-fast",
         throttle_backoff_s=0.01,
         throttle_attempts=4,
-        poll_max_s=0.1,
+        state_poll_interval_s=0.05,
         **emulation.substrate_params(),
     )
 
@@ -267,7 +267,7 @@ def test_no_answer_past_the_grace_is_cancelled_client_side(
 ) -> None:
     """SSM's executionTimeout is whole seconds (here 1 s); with a 0.2 s timeout and 0.1 s of
     grace, the client gives up first: it cancels the command and reports a timeout."""
-    sub = Ec2Substrate(command_grace_s=0.1, poll_max_s=0.05, **emulation.substrate_params())
+    sub = Ec2Substrate(command_grace_s=0.1, poll_interval_s=0.05, **emulation.substrate_params())
     hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.2),))
     row = _saved(store, run_rollout(sub, hang))
     assert row["error_class"] == "action_timeout"
@@ -504,7 +504,11 @@ def _stubbed() -> tuple[Ec2Substrate, Any, Any]:
     from botocore.stub import Stubber
 
     sub = Ec2Substrate(
-        fidelity="emulated", endpoint="http://127.0.0.1:9", ami="ami-1", poll_max_s=0.01
+        fidelity="emulated",
+        endpoint="http://127.0.0.1:9",
+        ami="ami-1",
+        poll_interval_s=0.01,
+        state_poll_interval_s=0.01,
     )
     ec2, ssm = Stubber(sub.ec2), Stubber(sub.ssm)
     ec2.activate()
@@ -556,3 +560,36 @@ def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() ->
     with pytest.raises(EnvironmentLost, match="terminated"):
         sub.run(env, "true", 10)
     ssm.assert_no_pending_responses()
+
+
+# -- resolution (README.md#resolution) --------------------------------------------------------
+
+
+def test_a_command_is_recorded_within_one_poll_interval_of_its_true_latency(
+    env: tuple[Ec2Substrate, Environment], emulation: Ec2Emulation
+) -> None:
+    """rtax's latency of an SSM command against the emulated service's own clock readings:
+    the command ran from `accepted` to `ended` (its true latency), and the client learned of
+    the end when a GetCommandInvocation reported it (`reported`). Polling may delay that by one
+    interval, disclosed as the resolution; the rest of what rtax records beyond the true
+    latency is the client's own request legs, timed here around the call, not by rtax. The
+    durations are the issue's examples: the old back-off recorded ~0.62 s and ~2.26 s."""
+    sub, made = env
+    assert sub.poll_interval_s == 0.04  # the default is what is checked
+    for command in ("sleep 0.31", "sleep 1.27", "true"):
+        before = clock()
+        result = sub.run(made, command, 60)
+        after = clock()
+        assert result.exit_code == 0
+        t = emulation.timings(made.env_id)[-1]
+        assert t["ended"] is not None and t["reported"] is not None
+        truth = t["ended"] - t["accepted"]
+        legs = (t["accepted"] - before) + (after - t["reported"])  # send and last answer
+        late = result.latency_s - truth
+        assert result.resolution_s is not None
+        assert 0 < result.resolution_s <= sub.poll_interval_s + 0.01, command
+        # detection: within one poll interval (plus one request leg) of the end
+        assert 0 <= t["reported"] - t["ended"] <= result.resolution_s + 0.02, (command, t)
+        # recorded: the true latency, one interval at most, and the client's legs
+        assert late - legs <= 0.06, (command, late, legs)
+        assert late >= 0, command

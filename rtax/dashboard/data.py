@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from rtax import paths, stats
-from rtax.store import RUN_COLUMNS_ALL, Store
+from rtax.store import RESOLUTION_COLUMNS, RUN_COLUMNS_ALL, Store
 
 TTL_S = 10
 
@@ -40,6 +40,7 @@ RUN_FIELDS = (
     "episode_s",
     "n_actions",
     "n_actions_done",
+    *RESOLUTION_COLUMNS,
 )
 
 #: (window seconds or None, substrates, tiers, fidelities): the hashable form of the filters.

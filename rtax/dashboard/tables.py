@@ -17,6 +17,56 @@ from rtax import projection, reference, stats
 
 GROUP = ("series", "tier", "steps")
 PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup", "overhead")
+#: A resolution is shown beside a percentile once it exceeds this share of it
+#: (README.md#resolution); below, polling's error is lost in the number's own spread.
+RESOLUTION_SHARE = 0.05
+#: The phases a derived metric adds up: each polled end in them can be late by its resolution.
+_SUMS = {
+    "time_to_first_command_s": ("create", "orchestration", "ready"),
+    "episode_s": ("create", "orchestration", "ready", "setup", "actions"),
+    "wall_s": ("create", "orchestration", "ready", "setup", "actions", "cleanup"),
+}
+
+
+def resolution_of(runs: pd.DataFrame, metric: str) -> pd.Series:
+    """Per run, the resolution of `metric` (s): its phase's ``<phase>_res_s``, or for a sum
+    of phases the sum of theirs. NaN where nothing was polled (or, before schema v5, nothing
+    was recorded)."""
+    phases = _SUMS.get(metric, (metric.removesuffix("_s"),))
+    columns = [f"{p}_res_s" for p in phases if f"{p}_res_s" in runs.columns]
+    if not columns:
+        return pd.Series(math.nan, index=runs.index, dtype=float)
+    return runs[columns].astype(float).sum(axis=1, min_count=1)
+
+
+def disclosed(resolution: float, value: float) -> float:
+    """`resolution` where it exceeds `RESOLUTION_SHARE` of the percentile `value`, else NaN
+    (an empty cell: nothing to disclose)."""
+    if pd.isna(resolution) or pd.isna(value) or resolution <= RESOLUTION_SHARE * abs(value):
+        return math.nan
+    return float(resolution)
+
+
+def _resolution(group: pd.DataFrame, metric: str) -> float:
+    """The coarsest resolution among a group's successful samples of `metric`: no sample
+    behind its percentiles was detected more coarsely."""
+    ok = stats.successful(group)
+    return float(resolution_of(ok, metric).max()) if not ok.empty else math.nan
+
+
+def _with_resolution(
+    table: pd.DataFrame, runs: pd.DataFrame, metric: str, by: Iterable[str], against: str
+) -> list[float]:
+    """Per row of `table` (grouped by `by`): the disclosed resolution beside `against`."""
+    by = list(by)
+    found = {
+        (key if isinstance(key, tuple) else (key,)): _resolution(group, metric)
+        for key, group in runs.groupby(by, sort=True, dropna=False)
+    }
+    return [
+        disclosed(found.get(tuple(getattr(r, c) for c in by), math.nan), getattr(r, against))
+        for r in table.itertuples(index=False)
+    ]
 
 
 def _age(started_at: pd.Series, now: datetime) -> pd.Series:
@@ -39,9 +89,11 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
         "ttfc_p50_s",
         "ttfc_p95_s",
         "ttfc_n",
+        "ttfc_res_s",
         "episode_p50_s",
         "episode_p95_s",
         "episode_n",
+        "episode_res_s",
         "last_probe_age_s",
     ]
     if runs.empty:
@@ -53,6 +105,8 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     out["ttfc_p50_s"], out["ttfc_p95_s"], out["ttfc_n"] = ttfc["p50"], ttfc["p95"], ttfc["n"]
     out["episode_p50_s"], out["episode_p95_s"] = episode["p50"], episode["p95"]
     out["episode_n"] = episode["n"]
+    out["ttfc_res_s"] = _with_resolution(ttfc, runs, "time_to_first_command_s", GROUP, "p50")
+    out["episode_res_s"] = _with_resolution(episode, runs, "episode_s", GROUP, "p50")
     grouped = runs.groupby(list(GROUP), sort=True)
     last = grouped["started_at"].max().reset_index()
     fidelity = grouped["fidelity"].first().reset_index()
@@ -67,6 +121,7 @@ def cold_start(runs: pd.DataFrame) -> pd.DataFrame:
     table = stats.latency_table(
         runs, "episode_s", by=("series", "fidelity"), quantiles=(50, 95, 99)
     )
+    table["res_s"] = _with_resolution(table, runs, "episode_s", ("series", "fidelity"), "p50")
     return table.sort_values("p50", na_position="last").reset_index(drop=True)
 
 
@@ -85,7 +140,7 @@ def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
     """Per series x workload x phase, over successful runs: n, p50, p95, mean (seconds).
     By workload (tier and trajectory length), like the bars: a T2 fix and a 150-step
     trajectory are different things."""
-    columns = ["series", "workload", "phase", "n", "p50", "p95", "mean", "success_rate"]
+    columns = ["series", "workload", "phase", "n", "p50", "p95", "res_s", "mean", "success_rate"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -101,6 +156,7 @@ def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
                     "n": row.n,
                     "p50": row.p50,
                     "p95": row.p95,
+                    "res_s": disclosed(_resolution(group, f"{row.phase}_s"), row.p50),
                     "mean": row.mean,
                     "success_rate": row.success_rate,
                 }
@@ -112,7 +168,7 @@ def trajectory_points(runs: pd.DataFrame, which: str = projection.TOTAL) -> pd.D
     """Per series and trajectory length S (> 0): n, success rate, the statistic of the
     trajectory time (the mean unless asked: it is what the fitted lines and totals follow), and
     the amortized per-action latency (that time / S)."""
-    columns = ["series", "steps", "runs", "n", "success_rate", "seconds", "per_action_s"]
+    columns = ["series", "steps", "runs", "n", "success_rate", "seconds", "res_s", "per_action_s"]
     traj = runs[runs["steps"] > 0] if not runs.empty else runs
     if traj.empty:
         return pd.DataFrame(columns=columns)
@@ -128,6 +184,7 @@ def trajectory_points(runs: pd.DataFrame, which: str = projection.TOTAL) -> pd.D
                 "n": len(ok),
                 "success_rate": stats.success_rate(group),
                 "seconds": value,
+                "res_s": disclosed(_resolution(group, "episode_s"), value),
                 "per_action_s": value / steps,
             }
         )
@@ -220,7 +277,10 @@ def cold_start_all(runs: pd.DataFrame) -> pd.DataFrame:
         parts.append(table)
     if not parts:
         return pd.DataFrame(
-            columns=["tier", "series", "runs", "n", "success_rate", "mean", "p50", "p95", "p99"]
+            columns=[
+                *("tier", "series", "runs", "n", "success_rate"),
+                *("mean", "p50", "p95", "p99", "res_s"),
+            ]
         )
     return pd.concat(parts, ignore_index=True)
 
@@ -262,6 +322,9 @@ DATA_DICTIONARY = """
 | `workload` | tier, or tier and trajectory length (`T2 S=50`) |
 | `n` | successful samples behind a statistic; `success_rate` = n / runs (attempts) |
 | `p50`, `p95`, `p99`, `mean` | seconds, from raw samples (linear interpolation) |
+| `res_s`, `*_res_s` (tables) | resolution: coarsest poll gap among the samples, if > 5 % of p50 |
+| `create_res_s` … `cleanup_res_s` | a phase's poll gap at detection (empty: not polled) |
+| `resolution_s` (actions) | a command's poll gap at detection (empty: not polled) |
 | `latency_s` (actions) | one command, timed by the runner; `exec_s` timed by the substrate |
 | `phase` (actions) | ready (no-op attempts), setup (T2 clone), action |
 """

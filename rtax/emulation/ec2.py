@@ -49,7 +49,13 @@ from urllib.parse import parse_qs
 
 from rtax.emulation import LoopbackServer
 from rtax.image import RUNNER_IMAGE
-from rtax.substrates.base import CommandTimeout, Environment, EnvironmentLost, SubstrateError
+from rtax.substrates.base import (
+    CommandTimeout,
+    Environment,
+    EnvironmentLost,
+    SubstrateError,
+    clock,
+)
 from rtax.substrates.docker import DockerSubstrate
 from rtax.substrates.emulated import EMULATION_HEADER
 
@@ -103,6 +109,12 @@ class _Invocation:
     started: datetime | None = None
     ended: datetime | None = None
     cancelled: bool = False
+    #: On this process's `clock` (tests compare them with rtax's own timing): when the
+    #: emulated service accepted the SendCommand, and when the invocation reached its outcome.
+    accepted_t: float = field(default_factory=clock)
+    ended_t: float | None = None
+    #: when a GetCommandInvocation first answered with the outcome
+    reported_t: float | None = None
 
     @property
     def pidfile(self) -> str:
@@ -358,6 +370,18 @@ class Ec2Emulation(LoopbackServer):
 
     # -- SSM ----------------------------------------------------------------------------------
 
+    def timings(self, instance_id: str) -> list[dict[str, float | None]]:
+        """Per command sent to `instance_id`, in order, on this process's `clock`: when the
+        service accepted it, when it ended, and when a GetCommandInvocation first reported
+        the outcome. The service's own view, against which tests check rtax's polled figures
+        (README.md#resolution)."""
+        with self._lock:
+            return [
+                {"accepted": inv.accepted_t, "ended": inv.ended_t, "reported": inv.reported_t}
+                for (_, iid), inv in self._invocations.items()
+                if iid == instance_id
+            ]
+
     def ssm_request(self, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
         fault = self._fault(f"ssm:{target}")
         if fault is not None:
@@ -465,6 +489,7 @@ class Ec2Emulation(LoopbackServer):
         with self._lock:
             inv.code, inv.stdout, inv.stderr = code, out[:STDOUT_LIMIT], err[:STDERR_LIMIT]
             inv.ended = datetime.now(UTC)
+            inv.ended_t = clock()
             inv.status, inv.details = status, details
 
     def _get_invocation(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -474,6 +499,8 @@ class Ec2Emulation(LoopbackServer):
             if inv is None:
                 raise _SsmError("InvocationDoesNotExist", "")
             final = inv.ended is not None
+            if final and inv.reported_t is None:
+                inv.reported_t = clock()
             started = inv.started.isoformat() if inv.started else ""
             ended = inv.ended.isoformat() if inv.ended else ""
             elapsed = ""

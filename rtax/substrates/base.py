@@ -47,6 +47,10 @@ class CommandResult:
     #: Bytes the command wrote, when the substrate kept only part of a long output.
     stdout_bytes: int | None = None
     stderr_bytes: int | None = None
+    #: When the substrate learned that the command finished by polling (SSM's
+    #: GetCommandInvocation), the poll gap at detection (`rtax.substrates.poll`); None when the
+    #: answer came with the call itself (README.md#resolution).
+    resolution_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -65,10 +69,18 @@ class Environment:
     run_id: str
     handle: Any = None
     milestones: list[Milestone] = field(default_factory=list)
+    #: Per phase ("orchestration", "cleanup", ...): the poll gap at which the substrate detected
+    #: the phase's end (`rtax.substrates.poll`), summed when a phase ends after several polled
+    #: events. A phase the substrate did not poll for has no entry (README.md#resolution).
+    resolution: dict[str, float] = field(default_factory=dict)
 
     def mark(self, name: str) -> None:
         """Record a native milestone now; it explains phases, it never replaces them."""
         self.milestones.append(Milestone(name, clock()))
+
+    def resolved(self, phase: str, resolution_s: float) -> None:
+        """Add a polled detection's resolution to `phase` (several may end one phase)."""
+        self.resolution[phase] = self.resolution.get(phase, 0.0) + resolution_s
 
 
 @dataclass(frozen=True)

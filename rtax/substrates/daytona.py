@@ -75,10 +75,16 @@ from rtax.substrates.base import (
     redacting,
 )
 from rtax.substrates.emulated import EmulationWatch
+from rtax.substrates.poll import poll
 
 MODES = ("exec", "session")
 _TIMEOUT_EXITS = (124, 137)
 _KILL_GRACE_S = 1.0
+#: Deletion is verified by polling ``GET /sandbox/{id}`` every 50 ms (README.md#resolution).
+#: Daytona's documented limit for authenticated reads such as this is tens of thousands of
+#: requests a minute (tier-dependent), so 20 a second per rollout in cleanup is well inside it,
+#: and a 50 ms resolution is small beside a deletion.
+POLL_INTERVAL_S = 0.05
 #: States in which a sandbox can no longer run commands.
 _DEAD_STATES = ("error", "build_failed", "destroyed", "destroying", "stopped", "stopping",
                 "archived", "archiving")  # fmt: skip
@@ -478,26 +484,30 @@ class DaytonaSubstrate:
         finally:
             if sandbox is not None:
                 sandbox._unsubscribe_from_events()  # the SDK's own delete does this
-        delay = 0.002
-        while True:
+
+        def gone() -> bool | None:
+            # deletion is asynchronous: poll, bounded by the deadline
             try:
                 dto = api.get_sandbox(env.env_id, _request_timeout=max(deadline - clock(), 1.0))
             except Exception as exc:
                 if _status(exc) == 404:
-                    break
+                    return True
                 if _status(exc) != 429:
                     raise self._error(
                         CleanupFailed, f"verify deletion of {env.env_id}", exc
                     ) from exc
-            else:
-                if getattr(dto.state, "value", dto.state) == "destroyed":
-                    break
-            if clock() >= deadline:
-                raise CleanupFailed(
-                    f"sandbox {env.env_id} still exists {timeout_s:g} s after delete"
-                )
-            time.sleep(delay)  # deletion is asynchronous: poll, bounded by the deadline
-            delay = min(delay * 2, 0.25)
+                return None
+            return True if getattr(dto.state, "value", dto.state) == "destroyed" else None
+
+        found = poll(
+            gone,
+            interval_s=POLL_INTERVAL_S,
+            deadline=deadline,
+            timeout=lambda: CleanupFailed(
+                f"sandbox {env.env_id} still exists {timeout_s:g} s after delete"
+            ),
+        )
+        env.resolved("cleanup", found.resolution_s)
         env.mark("removed")
 
     def _delete_quietly(self, ref: str) -> None:

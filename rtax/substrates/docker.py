@@ -25,7 +25,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from importlib import metadata
@@ -48,11 +47,17 @@ from rtax.substrates.base import (
     ReadyTimeout,
     clock,
 )
+from rtax.substrates.poll import poll
 
 MODES = ("exec", "session")
 #: Exit status of coreutils `timeout` when it had to stop the command.
 _TIMEOUT_EXIT = 124
 _KILL_GRACE_S = 1.0
+#: The engine is a local socket with no rate limit and an inspect costs about a millisecond of
+#: its time, so state is polled every 10 ms: a resolution well under 5 % of a container start
+#: (README.md#resolution). Both polls usually succeed at once (start and forced removal mostly
+#: finish before they answer), and then the resolution is 0.
+POLL_INTERVAL_S = 0.01
 
 
 def _docker() -> Any:
@@ -153,19 +158,21 @@ class DockerSubstrate:
             with self._call_timeout(timeout_s):
                 self.api.start(cid)
             env.mark("started")
-            deadline = clock() + timeout_s
-            delay = 0.001
-            while True:
+
+            def running() -> bool | None:
                 state = self.api.inspect_container(cid)["State"]
-                if state.get("Running"):
-                    env.mark("running")
-                    return
                 if state.get("Status") in ("exited", "dead"):
                     raise EnvironmentLost(f"container exited at start: {state.get('Error')}")
-                if clock() >= deadline:
-                    raise ReadyTimeout(f"container not running after {timeout_s:g} s")
-                time.sleep(delay)  # polling the engine with a deadline
-                delay = min(delay * 2, 0.05)
+                return True if state.get("Running") else None
+
+            found = poll(
+                running,
+                interval_s=POLL_INTERVAL_S,
+                deadline=clock() + timeout_s,
+                timeout=lambda: ReadyTimeout(f"container not running after {timeout_s:g} s"),
+            )
+            env.resolved("orchestration", found.resolution_s)
+            env.mark("running")
         except errors.NotFound as exc:
             raise EnvironmentLost(f"container {cid[:12]} vanished at start") from exc
         except errors.APIError as exc:
@@ -249,20 +256,28 @@ class DockerSubstrate:
         except _transport_errors() as exc:
             raise CleanupFailed(f"remove {env.env_id[:12]}: {exc}") from exc
         deadline = clock() + timeout_s
-        delay = 0.001
-        while True:
+
+        def gone() -> bool | None:
+            # removal is asynchronous for a dying container: poll, bounded by the deadline
             try:
                 with self._call_timeout(max(deadline - clock(), 1.0)):
                     self.api.inspect_container(env.env_id)
             except errors.NotFound:
-                env.mark("removed")
-                return
+                return True
             except (errors.APIError, *_transport_errors()) as exc:
                 raise CleanupFailed(f"verify removal of {env.env_id[:12]}: {exc}") from exc
-            if clock() >= deadline:
-                raise CleanupFailed(f"container {env.env_id[:12]} still exists after removal")
-            time.sleep(delay)  # removal is asynchronous for a dying container: poll, bounded
-            delay = min(delay * 2, 0.1)
+            return None
+
+        found = poll(
+            gone,
+            interval_s=POLL_INTERVAL_S,
+            deadline=deadline,
+            timeout=lambda: CleanupFailed(
+                f"container {env.env_id[:12]} still exists after removal"
+            ),
+        )
+        env.resolved("cleanup", found.resolution_s)
+        env.mark("removed")
 
     def leftovers(self) -> list[Leftover]:
         found = []

@@ -11,8 +11,10 @@ Why these choices (README.md#ec2):
   off stops costing money); orchestration = ``pending`` -> ``running`` (``DescribeInstances``);
   ready = the SSM agent online (``DescribeInstanceInformation`` PingStatus ``Online``) and a first
   command succeeded; cleanup = ``TerminateInstances``, then wait for ``terminated``.
-- An action is one ``SendCommand``, then ``GetCommandInvocation`` polled with a deadline (backoff
-  from 20 ms to `poll_max_s`: polling granularity is part of what an SSM-driven harness pays).
+- An action is one ``SendCommand``, then ``GetCommandInvocation`` polled every
+  `poll_interval_s` (fixed, 40 ms by default) with a deadline; instance and agent state every
+  `state_poll_interval_s` (250 ms). The poll gap at detection is reported as the resolution of
+  the action or phase (`rtax.substrates.poll`, README.md#resolution), never hidden in it.
   Exit codes are SSM's ``ResponseCode``; stdout and stderr are kept apart. SSM keeps only the
   first 24,000 characters of stdout and 8,000 of stderr; the rest is lost (it would need an S3
   bucket). The SSM agent appends ``failed to run commands: exit status N`` to stderr of a
@@ -39,6 +41,7 @@ Why these choices (README.md#ec2):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import random
@@ -69,6 +72,7 @@ from rtax.substrates.base import (
     redacting,
 )
 from rtax.substrates.emulated import EmulationWatch
+from rtax.substrates.poll import poll
 
 #: Error codes that mean "slow down" across EC2 (Query) and SSM (JSON) and S3-style answers.
 THROTTLE_CODES = frozenset(
@@ -168,7 +172,8 @@ class Ec2Substrate:
         throttle_attempts: int = 8,
         throttle_backoff_s: float = 0.5,
         throttle_deadline_s: float = 120.0,
-        poll_max_s: float = 1.0,
+        poll_interval_s: float = 0.04,
+        state_poll_interval_s: float = 0.25,
         agent_wait_s: float = 5.0,
         command_grace_s: float = 30.0,
     ) -> None:
@@ -176,6 +181,8 @@ class Ec2Substrate:
             raise ValueError(f"fidelity must be one of {', '.join(FIDELITIES)}, got {fidelity!r}")
         if throttle_attempts < 1:
             raise ValueError("throttle_attempts must be >= 1")
+        if poll_interval_s <= 0 or state_poll_interval_s <= 0:
+            raise ValueError("poll_interval_s and state_poll_interval_s must be > 0")
         self.name = name
         self._fidelity = fidelity
         #: an rtax emulation's answer makes the samples `emulated`, whatever was configured
@@ -195,7 +202,19 @@ class Ec2Substrate:
         self.throttle_attempts = throttle_attempts
         self.throttle_backoff_s = throttle_backoff_s
         self.throttle_deadline_s = throttle_deadline_s
-        self.poll_max_s = poll_max_s
+        # Fixed poll intervals (README.md#resolution). EC2 throttles each API per account and
+        # region with a token bucket; its documented non-mutating bucket (DescribeInstances'
+        # kind) refills at 20 requests/s, so one rollout polling instance state every 250 ms
+        # (4/s) leaves room for a few concurrent rollouts, and instance state changes take
+        # seconds on a real account (250 ms stays under 5 % of them). SSM throttles per API,
+        # account and region too (its quotas: the AWS General Reference, "Systems Manager
+        # endpoints and quotas"; they can be raised). GetCommandInvocation is polled every
+        # 40 ms, 25 requests/s per command in flight, because its detection gap lands in every
+        # action's latency and actions take tenths of seconds: with the round trips, a command
+        # is recorded within 60 ms of its end. Raise it for many concurrent rollouts on one
+        # account (a throttled poll is retried; if throttling persists, `rate_limited`).
+        self.poll_interval_s = poll_interval_s
+        self.state_poll_interval_s = state_poll_interval_s
         self.agent_wait_s = agent_wait_s
         self.command_grace_s = command_grace_s
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
@@ -324,27 +343,30 @@ class Ec2Substrate:
     @redacting
     def wait_running(self, env: Environment, timeout_s: float) -> None:
         errors = _botocore_exceptions()
-        deadline = clock() + timeout_s
-        delay = 0.05
+        last: list[str | None] = [None]
+
+        def running() -> bool | None:
+            instance = self._describe(env.env_id)
+            state = last[0] = (instance or {}).get("State", {}).get("Name")
+            # None: not visible yet. EC2 is eventually consistent, and DescribeInstances may
+            # answer InvalidInstanceID.NotFound for a while after RunInstances; a failed
+            # launch stays visible as shutting-down/terminated with its reason.
+            if state in _GONE:
+                reason = (instance or {}).get("StateReason", {}).get("Message", "gone")
+                raise CreateFailed(f"instance {env.env_id} {state} at launch: {reason}")
+            return True if state == "running" else None
+
         try:
-            while True:
-                instance = self._describe(env.env_id)
-                state = (instance or {}).get("State", {}).get("Name")
-                if state == "running":
-                    env.mark("running")
-                    return
-                # None: not visible yet. EC2 is eventually consistent, and DescribeInstances may
-                # answer InvalidInstanceID.NotFound for a while after RunInstances; a failed
-                # launch stays visible as shutting-down/terminated with its reason.
-                if state in _GONE:
-                    reason = (instance or {}).get("StateReason", {}).get("Message", "gone")
-                    raise CreateFailed(f"instance {env.env_id} {state} at launch: {reason}")
-                if clock() >= deadline:
-                    raise ReadyTimeout(
-                        f"instance {env.env_id} {state or 'not visible'} after {timeout_s:g} s"
-                    )
-                time.sleep(min(delay, max(deadline - clock(), 0)))  # polling with a deadline
-                delay = min(delay * 2, self.poll_max_s)
+            found = poll(
+                running,
+                interval_s=self.state_poll_interval_s,
+                deadline=clock() + timeout_s,
+                timeout=lambda: ReadyTimeout(
+                    f"instance {env.env_id} {last[0] or 'not visible'} after {timeout_s:g} s"
+                ),
+            )
+            env.resolved("orchestration", found.resolution_s)
+            env.mark("running")
         except errors.ClientError as exc:
             raise CreateFailed(f"DescribeInstances: {_message(exc)}") from exc
         except _transport_errors() as exc:
@@ -355,9 +377,14 @@ class Ec2Substrate:
         errors = _botocore_exceptions()
         t0 = clock()
         try:
+            waited = 0.0
             if not env.handle.get("agent_online"):
-                self._wait_agent(env, min(timeout_s, self.agent_wait_s))
+                waited = self._wait_agent(env, min(timeout_s, self.agent_wait_s))
             result = self._send(env, command, timeout_s, t0)
+            if waited:  # the command's latency includes a polled wait for the agent
+                result = dataclasses.replace(
+                    result, resolution_s=(result.resolution_s or 0.0) + waited
+                )
         except errors.ClientError as exc:
             error = ExecError(f"SSM: {_message(exc)}")
             # no retry in the ready phase can change a refusal (base.SubstrateError.permanent)
@@ -370,28 +397,35 @@ class Ec2Substrate:
             env.mark("first_command")
         return result
 
-    def _wait_agent(self, env: Environment, wait_s: float) -> None:
+    def _wait_agent(self, env: Environment, wait_s: float) -> float:
         """Poll DescribeInstanceInformation until the instance's agent is Online (within
-        `wait_s`), else `ExecError`: the probe runner retries it until its ready timeout."""
-        deadline = clock() + wait_s
-        delay = 0.02
-        while True:
+        `wait_s`), else `ExecError`: the probe runner retries it until its ready timeout.
+        Returns the poll's resolution."""
+        last: list[str | None] = [None]
+
+        def online() -> bool | None:
             answer = self._call(
                 self.ssm,
                 "describe_instance_information",
                 Filters=[{"Key": "InstanceIds", "Values": [env.env_id]}],
             )
             info = answer.get("InstanceInformationList") or []
-            ping = info[0].get("PingStatus") if info else None
-            if ping == "Online":
-                env.handle["agent_online"] = True
-                env.mark("agent_online")
-                return
-            if clock() >= deadline:
-                self._check_alive(env)
-                raise ExecError(f"SSM agent of {env.env_id} not online ({ping or 'unregistered'})")
-            time.sleep(min(delay, max(deadline - clock(), 0)))
-            delay = min(delay * 2, self.poll_max_s)
+            last[0] = info[0].get("PingStatus") if info else None
+            return True if last[0] == "Online" else None
+
+        def not_online() -> Exception:
+            self._check_alive(env)  # EnvironmentLost if the instance is gone
+            return ExecError(f"SSM agent of {env.env_id} not online ({last[0] or 'unregistered'})")
+
+        found = poll(
+            online,
+            interval_s=self.state_poll_interval_s,
+            deadline=clock() + wait_s,
+            timeout=not_online,
+        )
+        env.handle["agent_online"] = True
+        env.mark("agent_online")
+        return found.resolution_s
 
     def _send(self, env: Environment, command: str, timeout_s: float, t0: float) -> CommandResult:
         errors = _botocore_exceptions()
@@ -413,11 +447,9 @@ class Ec2Substrate:
                 self._check_alive(env)  # EnvironmentLost if terminated under us
             raise
         command_id = sent["Command"]["CommandId"]
-        deadline = t0 + timeout_s + self.command_grace_s
-        delay = 0.02
-        while True:
-            time.sleep(delay)  # polling with a deadline: SSM has no push for results
-            delay = min(delay * 2, self.poll_max_s)
+        last: list[Any] = [None]
+
+        def finished() -> dict[str, Any] | None:
             try:
                 inv = self._call(
                     self.ssm,
@@ -429,16 +461,27 @@ class Ec2Substrate:
                 if _code(exc) != "InvocationDoesNotExist":  # not yet visible: eventual
                     raise
                 inv = {"Status": "Pending"}
-            status = inv.get("Status")
-            if status in _FINAL:
-                break
-            if clock() >= deadline:
-                self._cancel(command_id, env.env_id)
-                self._lost_or_not(env)  # a terminated instance's command never finishes
-                raise CommandTimeout(
-                    f"no result {timeout_s + self.command_grace_s:.3g} s after sending "
-                    f"(status {status}); cancelled"
-                )
+            last[0] = inv.get("Status")
+            return inv if last[0] in _FINAL else None
+
+        def no_result() -> Exception:
+            self._cancel(command_id, env.env_id)
+            self._lost_or_not(env)  # a terminated instance's command never finishes
+            return CommandTimeout(
+                f"no result {timeout_s + self.command_grace_s:.3g} s after sending "
+                f"(status {last[0]}); cancelled"
+            )
+
+        # SSM has no push for results: poll at a fixed interval, first after one interval (a
+        # command just sent has not finished), and disclose the gap at detection.
+        found = poll(
+            finished,
+            interval_s=self.poll_interval_s,
+            deadline=t0 + timeout_s + self.command_grace_s,
+            timeout=no_result,
+            pause_first=True,
+        )
+        inv, status = found.value, last[0]
         latency = clock() - t0
         details = str(inv.get("StatusDetails") or "")
         if status == "TimedOut":
@@ -456,7 +499,13 @@ class Ec2Substrate:
         stderr = str(inv.get("StandardErrorContent") or "")
         if code != 0:
             stderr = _AGENT_SUFFIX.sub("", stderr)
-        return CommandResult(code, str(inv.get("StandardOutputContent") or ""), stderr, latency)
+        return CommandResult(
+            code,
+            str(inv.get("StandardOutputContent") or ""),
+            stderr,
+            latency,
+            resolution_s=found.resolution_s,
+        )
 
     def _cancel(self, command_id: str, instance_id: str) -> None:
         """Best effort: the command is already being given up on."""
@@ -495,40 +544,54 @@ class Ec2Substrate:
 
     @redacting
     def destroy(self, env: Environment, timeout_s: float) -> None:
-        self._terminate_and_wait(env.env_id, timeout_s)
+        env.resolved("cleanup", self._terminate_and_wait(env.env_id, timeout_s))
         env.mark("terminated")
 
-    def _terminate_and_wait(self, instance_id: str, timeout_s: float) -> None:
+    def _terminate_and_wait(self, instance_id: str, timeout_s: float) -> float:
+        """Terminate, then poll until terminated; returns the resolution of both polls."""
         errors = _botocore_exceptions()
         deadline = clock() + timeout_s
         unseen_until = min(deadline, clock() + _VISIBLE_WITHIN_S)
-        delay = 0.05
+        last: list[str | None] = [None]
+
+        def terminating() -> bool | None:
+            try:
+                self._call(self.ec2, "terminate_instances", InstanceIds=[instance_id])
+                return True
+            except errors.ClientError as exc:
+                if _code(exc) != "InvalidInstanceID.NotFound":
+                    raise
+            # Not found: not visible yet (just launched: EC2 is eventually consistent), or
+            # terminated so long ago that EC2 forgot it (about an hour).
+            return None
+
+        def terminated() -> bool | None:
+            instance = self._describe(instance_id)
+            last[0] = (instance or {}).get("State", {}).get("Name")
+            return True if instance is None or last[0] == "terminated" else None
+
+        class _NeverSeen(Exception):
+            pass
+
         try:
-            while True:
-                try:
-                    self._call(self.ec2, "terminate_instances", InstanceIds=[instance_id])
-                    break
-                except errors.ClientError as exc:
-                    if _code(exc) != "InvalidInstanceID.NotFound":
-                        raise
-                # Not found: not visible yet (just launched: EC2 is eventually consistent), or
-                # terminated so long ago that EC2 forgot it (about an hour).
-                if clock() >= unseen_until:
-                    return
-                time.sleep(min(delay, max(unseen_until - clock(), 0)))
-                delay = min(delay * 2, self.poll_max_s)
-            delay = 0.05
-            while True:
-                instance = self._describe(instance_id)
-                state = (instance or {}).get("State", {}).get("Name")
-                if instance is None or state == "terminated":
-                    return
-                if clock() >= deadline:
-                    raise CleanupFailed(
-                        f"instance {instance_id} still {state} after {timeout_s:g} s"
-                    )
-                time.sleep(min(delay, max(deadline - clock(), 0)))  # bounded polling
-                delay = min(delay * 2, self.poll_max_s)
+            try:
+                sent = poll(
+                    terminating,
+                    interval_s=self.state_poll_interval_s,
+                    deadline=unseen_until,
+                    timeout=_NeverSeen,
+                )
+            except _NeverSeen:
+                return 0.0  # never visible: nothing to terminate, nothing was waited for
+            gone = poll(
+                terminated,
+                interval_s=self.state_poll_interval_s,
+                deadline=deadline,
+                timeout=lambda: CleanupFailed(
+                    f"instance {instance_id} still {last[0]} after {timeout_s:g} s"
+                ),
+            )
+            return sent.resolution_s + gone.resolution_s
         except (RateLimited, errors.ClientError, *_transport_errors()) as exc:
             text = _message(exc) if isinstance(exc, errors.ClientError) else str(exc)
             raise CleanupFailed(f"terminate {instance_id}: {text}") from exc
@@ -637,7 +700,8 @@ class Ec2Substrate:
             "fidelity": self.fidelity,
             "actions": "ssm:AWS-RunShellScript",
             # polling granularity and waits are part of every figure taken
-            "poll_max_s": self.poll_max_s,
+            "poll_interval_s": self.poll_interval_s,
+            "state_poll_interval_s": self.state_poll_interval_s,
             "agent_wait_s": self.agent_wait_s,
             "command_grace_s": self.command_grace_s,
             "api_timeout_s": self.api_timeout_s,
