@@ -63,7 +63,28 @@ def browser():
 @pytest.fixture(scope="module")
 def seeded_db(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("browser") / "rtax.db"
+    # real samples, measured now on the local substrate (the floor)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtax",
+            "probe",
+            "--tier",
+            "T0",
+            "--repeat",
+            "2",
+            "--db",
+            str(path),
+            "--quiet",
+        ],
+        check=True,
+        timeout=300,
+    )
     with Store(path) as store:
+        # the seeded series ran the floor's toolchain, so they are comparable to it
+        floor = store.floor_toolchain()
+        assert floor is not None, "the local probe recorded no toolchain"
         for i, (sub, tier, steps, ep) in enumerate(
             [
                 ("local", "T0", 0, 0.02),
@@ -85,26 +106,9 @@ def seeded_db(tmp_path_factory) -> Path:
                     episode_s=ep,
                     n_actions=steps or 1,
                     started_at=f"2026-01-01T00:00:0{i}+00:00",
+                    toolchain=floor,
                 )
             )
-    # and real samples, measured now on the local substrate
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rtax",
-            "probe",
-            "--tier",
-            "T0",
-            "--repeat",
-            "2",
-            "--db",
-            str(path),
-            "--quiet",
-        ],
-        check=True,
-        timeout=300,
-    )
     return path
 
 
