@@ -21,6 +21,8 @@ RUN set -eux; \
     useradd --create-home --uid 10001 rtax
 
 WORKDIR /app
+# Only the runtime lock (requirements.txt): no test runner, linter, browser driver or moto (the
+# EC2 emulation's server); those are in requirements-dev.txt (README.md#container).
 # build-ca.crt is optional (the glob matches nothing without it): an extra CA bundle for pip
 # behind a TLS-inspecting proxy; scripts/check-app-image.sh puts the host's bundle there.
 COPY requirements.txt pyproject.toml README.md build-ca.cr[t] ./

@@ -1,22 +1,34 @@
 # Two commands on a fresh machine: `make run` and `make test`. Each makes the project venv first.
 # pip 23 backtracks for minutes on this dependency set, so the venv gets a current pip and uv,
-# and installs the fully pinned lock (requirements.txt).
+# and installs the fully pinned development lock: requirements-dev.txt, which is the runtime lock
+# requirements.txt (all the app image installs) plus the tests, lint and the cloud emulations.
+# `make lock` makes both from pyproject.toml.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv fixtures docker browser run demo test lint bench clean
+.PHONY: venv lock fixtures docker browser run demo test lint bench clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip uv
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements.txt
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements-dev.txt
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
 venv: $(STAMP)
+
+# Both locks from pyproject.toml (needs PyPI). Every current pin is kept (uv prefers what the
+# output file already says), and the runtime lock is the dev lock's pins for the runtime set
+# (-c), so a package in both has one version. Upgrade on purpose, e.g.
+#   make lock UPGRADE='--upgrade-package streamlit'
+LOCK = $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --quiet \
+	--annotation-style line --custom-compile-command 'make lock'
+lock: venv
+	$(LOCK) --extra dev $(UPGRADE) -o requirements-dev.txt
+	$(LOCK) -c requirements-dev.txt -o requirements.txt
 
 fixtures: venv
 	$(PY) -m rtax fixtures
