@@ -50,7 +50,7 @@ def _kubernetes(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     return Planted(
         secret,
         build_substrate(conf, {}),
-        lambda: emu.inject("create", 403, message=f"token {secret} is not allowed"),
+        lambda: emu.faults.fail("create", 403, message=f"token {secret} is not allowed"),
         emu.stop,
     )
 
