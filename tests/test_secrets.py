@@ -93,7 +93,7 @@ def _ec2(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     return Planted(
         secret,
         build_substrate(conf, {}),
-        lambda: emu.refuse_run_instances("UnauthorizedOperation", times=1),
+        lambda: emu.faults.fail("RunInstances", code="UnauthorizedOperation"),
         emu.stop,
     )
 
