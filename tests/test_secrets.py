@@ -70,7 +70,9 @@ def _daytona(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
         sub.close()
         emu.stop()
 
-    return Planted(secret, sub, lambda: emu.inject("create", 403, f"bad key {secret}"), close)
+    return Planted(
+        secret, sub, lambda: emu.faults.fail("create", 403, message=f"bad key {secret}"), close
+    )
 
 
 def _ec2(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
