@@ -50,7 +50,7 @@ def _kubernetes(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     return Planted(
         secret,
         build_substrate(conf, {}),
-        lambda: emu.inject("create", 403, message=f"token {secret} is not allowed"),
+        lambda: emu.faults.fail("create", 403, message=f"token {secret} is not allowed"),
         emu.stop,
     )
 
@@ -70,7 +70,9 @@ def _daytona(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
         sub.close()
         emu.stop()
 
-    return Planted(secret, sub, lambda: emu.inject("create", 403, f"bad key {secret}"), close)
+    return Planted(
+        secret, sub, lambda: emu.faults.fail("create", 403, message=f"bad key {secret}"), close
+    )
 
 
 def _ec2(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
@@ -93,7 +95,7 @@ def _ec2(image: str, monkeypatch: pytest.MonkeyPatch) -> Planted:
     return Planted(
         secret,
         build_substrate(conf, {}),
-        lambda: emu.refuse_run_instances("UnauthorizedOperation", times=1),
+        lambda: emu.faults.fail("RunInstances", code="UnauthorizedOperation"),
         emu.stop,
     )
 

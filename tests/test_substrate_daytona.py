@@ -34,6 +34,14 @@ def emulation(runner_image: str) -> Iterator[DaytonaEmulation]:
         yield emu
 
 
+@pytest.fixture(autouse=True)
+def _no_faults_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Faults are planted per test; none outlives it."""
+    yield
+    if "emulation" in request.fixturenames:
+        request.getfixturevalue("emulation").faults.clear()
+
+
 def _substrate(emu: DaytonaEmulation, **overrides) -> DaytonaSubstrate:
     params = {**emu.substrate_params(), "backoff_s": 0.01, **overrides}
     sub = get_substrate("daytona", **params)
@@ -122,11 +130,8 @@ def test_readiness_arrives_through_the_socketio_event(
 ) -> None:
     # Provisioning takes 0.3 s: the SDK's first refresh sees "creating", then only the
     # socket.io event can end the wait before its 1 s safety poll.
-    emulation.start_delay_s = 0.3
-    try:
-        record = run_rollout(daytona_exec, workloads.build("T0"), run_id="event-ready")
-    finally:
-        emulation.start_delay_s = 0.0
+    emulation.faults.delay("start", 0.3)
+    record = run_rollout(daytona_exec, workloads.build("T0"), run_id="event-ready")
     assert record.ok, record.run
     assert 0.3 <= record.run["orchestration_s"] < 0.9, record.run
     assert emulation.socket_connections >= 1
@@ -146,7 +151,7 @@ def test_readiness_arrives_through_the_socketio_event(
 def test_create_refused_is_create_failed(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate, store: Store
 ) -> None:
-    emulation.inject("create", 403, "Total CPU quota exceeded (10/10)")
+    emulation.faults.fail("create", 403, message="Total CPU quota exceeded (10/10)")
     record = run_rollout(daytona_exec, workloads.build("T0"))
     run = _kept(store, record)
     assert (run["status"], run["error_class"]) == ("failed", "create_failed")
@@ -158,7 +163,7 @@ def test_rate_limited_create_is_retried_then_succeeds(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate
 ) -> None:
     before = len(emulation.requests_for("create"))
-    emulation.inject("create", 429, "Too many requests", times=2)
+    emulation.faults.fail("create", 429, message="Too many requests", times=2)
     record = run_rollout(daytona_exec, workloads.build("T0"))
     assert record.ok, record.run
     assert len(emulation.requests_for("create")) - before == 3
@@ -168,7 +173,7 @@ def test_rate_limited_create_is_retried_then_succeeds(
 def test_rate_limited_exec_is_retried_then_succeeds(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate
 ) -> None:
-    emulation.inject("execute", 429, times=2)
+    emulation.faults.fail("execute", 429, times=2)
     record = run_rollout(daytona_exec, workloads.build("T0"))
     assert record.ok, record.run
     assert_clean(daytona_exec, record)
@@ -177,7 +182,7 @@ def test_rate_limited_exec_is_retried_then_succeeds(
 def test_persistent_rate_limit_is_rate_limited(emulation: DaytonaEmulation, store: Store) -> None:
     sub = _substrate(emulation, rate_limit_attempts=4)
     try:
-        emulation.inject("create", 429, "slow down", times=4)
+        emulation.faults.fail("create", 429, message="slow down", times=4)
         record = run_rollout(sub, workloads.build("T0"))
     finally:
         sub.close()
@@ -189,7 +194,7 @@ def test_persistent_rate_limit_is_rate_limited(emulation: DaytonaEmulation, stor
 def test_sandbox_entering_error_at_start_is_environment_lost(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate, store: Store
 ) -> None:
-    emulation.fail_next_start("no runner with capacity in region emulated")
+    emulation.faults.fail("start", message="no runner with capacity in region emulated")
     record = run_rollout(daytona_exec, workloads.build("T0"))
     run = _kept(store, record)
     assert (run["status"], run["error_class"]) == ("failed", "environment_lost")
@@ -243,7 +248,7 @@ def test_create_not_answered_is_create_timeout_and_leaves_nothing(
 ) -> None:
     sub = _substrate(emulation, create_timeout_s=1.0)
     try:
-        emulation.inject("create", None, delay_s=2.5)  # made, but the answer comes late
+        emulation.faults.delay("create", 2.5)  # made, but the answer comes late
         record = run_rollout(sub, workloads.build("T0"), run_id="late-create")
         run = _kept(store, record)
         assert (run["status"], run["error_class"]) == ("failed", "create_timeout")
@@ -258,13 +263,10 @@ def test_create_not_answered_is_create_timeout_and_leaves_nothing(
 def test_sandbox_not_started_in_time_is_ready_timeout(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate, store: Store
 ) -> None:
-    emulation.start_delay_s = 3.0
-    try:
-        record = run_rollout(
-            daytona_exec, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1.0)
-        )
-    finally:
-        emulation.start_delay_s = 0.0
+    emulation.faults.delay("start", 3.0)
+    record = run_rollout(
+        daytona_exec, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1.0)
+    )
     run = _kept(store, record)
     assert (run["status"], run["error_class"]) == ("failed", "ready_timeout")
     assert run["cleanup_ok"] == 1
@@ -282,15 +284,12 @@ def test_start_wait_from_a_worker_thread(
         options = ProbeOptions(running_timeout_s=running_timeout_s)
         records[tag] = run_rollout(daytona_exec, workloads.build("T0"), options=options)
 
-    emulation.start_delay_s = 2.0
-    try:
-        for tag, timeout in (("late", 0.5), ("in-time", 30.0)):
-            worker = threading.Thread(target=rollout, args=(tag, timeout))
-            worker.start()
-            worker.join(60)
-            assert not worker.is_alive()
-    finally:
-        emulation.start_delay_s = 0.0
+    emulation.faults.delay("start", 2.0, times=2)  # each of the two sandboxes
+    for tag, timeout in (("late", 0.5), ("in-time", 30.0)):
+        worker = threading.Thread(target=rollout, args=(tag, timeout))
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive()
     late, in_time = records["late"].run, records["in-time"].run
     assert (late["status"], late["error_class"]) == ("failed", "ready_timeout"), late
     assert late["orchestration_s"] < 2.0 and late["cleanup_ok"] == 1
@@ -342,7 +341,9 @@ def test_api_key_never_reaches_the_store_or_describe(
     assert isinstance(sub, DaytonaSubstrate)
     try:
         assert key not in json.dumps(sub.describe())
-        emulation.inject("create", 403, f"bad token {key}")  # even an API that echoes it
+        emulation.faults.fail(
+            "create", 403, message=f"bad token {key}"
+        )  # even an API that echoes it
         with Store(db_path) as store:
             for record in (
                 run_rollout(sub, workloads.build("T0")),

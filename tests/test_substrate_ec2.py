@@ -40,9 +40,11 @@ def _no_faults(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     emu = request.getfixturevalue("emulation")
-    emu.clear_faults()
+    emu.faults.clear()
+    emu.requests.clear()
     yield
-    emu.clear_faults()
+    emu.faults.clear()
+    emu.requests.clear()
 
 
 @pytest.fixture
@@ -163,7 +165,7 @@ def test_milestones_and_provenance(emulation: Ec2Emulation, store: Store) -> Non
 def test_create_refused_is_create_failed(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store, code: str
 ) -> None:
-    emulation.refuse_run_instances(code)
+    emulation.faults.fail("RunInstances", code=code, times=None)
     row = _saved(store, run_rollout(fast, workloads.build("T0")))
     assert (row["status"], row["error_class"]) == ("failed", "create_failed")
     assert code in row["error_message"]
@@ -174,9 +176,9 @@ def test_create_refused_is_create_failed(
 def test_throttling_is_retried_then_succeeds(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
 ) -> None:
-    emulation.throttle("RunInstances", times=2)
-    emulation.throttle("SendCommand", times=2, service="ssm")
-    emulation.throttle("GetCommandInvocation", times=1, service="ssm")
+    emulation.faults.fail("RunInstances", code="RequestLimitExceeded", times=2)
+    emulation.faults.fail("SendCommand", code="ThrottlingException", times=2)
+    emulation.faults.fail("GetCommandInvocation", code="ThrottlingException", times=1)
     record = run_rollout(fast, workloads.build("T0"))
     row = _saved(store, record)
     assert row["status"] == "ok", row["error_message"]
@@ -192,7 +194,7 @@ def test_persistent_ec2_throttling_is_rate_limited(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store, action: str, phase: str
 ) -> None:
     # throttled for every attempt of one call, then answered (so that cleanup can run)
-    emulation.throttle(action, times=fast.throttle_attempts)
+    emulation.faults.fail(action, code="RequestLimitExceeded", times=fast.throttle_attempts)
     row = _saved(store, run_rollout(fast, workloads.build("T0")))
     assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
     assert "RequestLimitExceeded" in row["error_message"]
@@ -227,7 +229,10 @@ class _Before:
 def test_persistent_ssm_throttling_during_actions_is_rate_limited(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
 ) -> None:
-    sub = _Before(fast, 1, lambda env: emulation.throttle("SendCommand", service="ssm"))
+    def throttled(env: Environment) -> None:
+        emulation.faults.fail("SendCommand", code="ThrottlingException", times=None)
+
+    sub = _Before(fast, 1, throttled)
     row = _saved(store, run_rollout(sub, workloads.build("T0")))
     assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
     assert "ThrottlingException" in row["error_message"]
@@ -237,7 +242,7 @@ def test_persistent_ssm_throttling_during_actions_is_rate_limited(
 
 def test_agent_never_online_is_ready_timeout(emulation: Ec2Emulation, store: Store) -> None:
     fast = Ec2Substrate(agent_wait_s=0.2, **emulation.substrate_params())
-    emulation.agent_never_online()
+    emulation.faults.fail("agent")  # the next instance's agent never comes online
     record = run_rollout(fast, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=1.0))
     row = _saved(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "ready_timeout")
@@ -437,7 +442,7 @@ def test_credentials_never_reach_store_describe_or_messages(
     logged: list[str] = []
     real.prepare(logged.append)
     store.save_rollout(run_rollout(real, workloads.build("T0")))
-    emulation.refuse_run_instances("UnauthorizedOperation")
+    emulation.faults.fail("RunInstances", code="UnauthorizedOperation", times=None)
     store.save_rollout(run_rollout(real, workloads.build("T0")))
     emulated = Ec2Substrate(**emulation.substrate_params())
     store.save_rollout(run_rollout(emulated, workloads.build("T0")))
@@ -494,7 +499,7 @@ def test_prepare_and_host_address_say_what_to_fix() -> None:
 def test_invocation_not_yet_visible_after_send_command_is_polled_again(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
 ) -> None:
-    emulation.invocations_not_yet_visible(3)
+    emulation.faults.fail("GetCommandInvocation", code="InvocationDoesNotExist", times=3)
     row = _saved(store, run_rollout(fast, workloads.build("T0")))
     assert row["status"] == "ok", row["error_message"]
     assert emulation.requests["ssm:GetCommandInvocation"] >= 3 + 2  # ready + action

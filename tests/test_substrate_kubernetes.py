@@ -32,7 +32,7 @@ def emulation(runner_image: str) -> Iterator[KubernetesEmulation]:
 def _no_faults_left(request) -> Iterator[None]:
     yield
     if "emulation" in request.fixturenames:
-        request.getfixturevalue("emulation").clear_faults()
+        request.getfixturevalue("emulation").faults.clear()
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_missing_image_is_create_failed_and_kept(
 def test_create_refused_is_create_failed(
     k8s: KubernetesSubstrate, emulation: KubernetesEmulation, store: Store, status: int
 ) -> None:
-    emulation.inject("create", status, message="pods is forbidden: no")
+    emulation.faults.fail("create", status, message="pods is forbidden: no")
     record = run_rollout(k8s, workloads.build("T0"))
     row = _stored(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "create_failed")
@@ -144,9 +144,9 @@ def test_rate_limit_retried_then_succeeds(emulation: KubernetesEmulation) -> Non
     # No event watch: the injected watch 429 must reach the pod watch, not the events thread.
     sub = _sub(emulation, backoff_base_s=0.01, backoff_max_s=0.05, watch_events=False)
     before = list(emulation.requests)
-    emulation.inject("create", 429, times=2, retry_after=0)
-    emulation.inject("exec", 429, times=1, retry_after=0)
-    emulation.inject("watch", 429, times=1, retry_after=0)
+    emulation.faults.fail("create", 429, times=2, retry_after=0)
+    emulation.faults.fail("exec", 429, times=1, retry_after=0)
+    emulation.faults.fail("watch", 429, times=1, retry_after=0)
     record = run_rollout(sub, workloads.build("T0"))
     assert record.ok, record.run
     made = emulation.requests[len(before) :]
@@ -170,7 +170,7 @@ def test_persistent_rate_limit_is_rate_limited(
 ) -> None:
     sub = _sub(emulation, max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05)
     before = _posts(emulation)
-    emulation.inject("create", 429, times=100, retry_after=1)
+    emulation.faults.fail("create", 429, times=100, retry_after=1)
     t0 = clock()
     record = run_rollout(sub, workloads.build("T0"))
     row = _stored(store, record)
@@ -183,7 +183,7 @@ def test_create_answer_lost_is_create_timeout_and_nothing_left(
     emulation: KubernetesEmulation, store: Store
 ) -> None:
     sub = _sub(emulation, create_timeout_s=1)
-    emulation.delay("create", 3)
+    emulation.faults.delay("create", 3)
     record = run_rollout(sub, workloads.build("T0"))
     row = _stored(store, record)
     assert row["error_class"] == "create_timeout"
@@ -196,13 +196,13 @@ def test_pod_held_pending_is_ready_timeout_kept_and_nothing_left(
     emulation: KubernetesEmulation, store: Store
 ) -> None:
     sub = _sub(emulation)
-    emulation.hold_scheduling()
+    emulation.faults.fail("schedule", times=None)  # held until cleared
     try:
         t0 = clock()
         record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1))
         assert clock() - t0 < 15
     finally:
-        emulation.release_scheduling()
+        emulation.faults.clear()
     row = _stored(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "ready_timeout")
     assert "Unschedulable" in row["error_message"] or "PodScheduled" in row["error_message"]
@@ -215,7 +215,7 @@ def test_delete_refused_is_cleanup_failed_kept_and_then_reaped(
     emulation: KubernetesEmulation, store: Store, docker_api
 ) -> None:
     sub = _sub(emulation)
-    emulation.inject("delete", 500, message="etcdserver: request timed out")
+    emulation.faults.fail("delete", 500, message="etcdserver: request timed out")
     record = run_rollout(sub, workloads.build("T0"))
     row = _stored(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "cleanup_failed")
@@ -233,11 +233,11 @@ def test_exec_forbidden_fails_the_ready_phase_at_once(
     emulation: KubernetesEmulation, store: Store
 ) -> None:
     sub = _sub(emulation)
-    emulation.inject("exec", 403, times=100, message="pods/exec is forbidden: no")
+    emulation.faults.fail("exec", 403, times=100, message="pods/exec is forbidden: no")
     t0 = clock()
     record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=60))
     assert clock() - t0 < 20  # not after the ready timeout
-    emulation.clear_faults()
+    emulation.faults.clear()
     row = _stored(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "exec_error")
     assert "403" in row["error_message"]
@@ -254,7 +254,7 @@ def test_exec_upgrade_never_answered_fails_within_the_budget(
     env = sub.create("exec-silent")
     try:
         sub.wait_running(env, 60)
-        emulation.delay("exec", 8)  # the upgrade request is held, never answered
+        emulation.faults.delay("exec", 8)  # the upgrade request is held, never answered
         t0 = clock()
         with pytest.raises(ExecError, match="no answer to the WebSocket upgrade"):
             sub.run(env, "true", 30)
@@ -476,7 +476,7 @@ def test_token_is_sent_and_never_recorded(
         )
         ok = run_rollout(sub, workloads.build("T0"))
         assert ok.ok, ok.run
-        emu.inject("create", 403)
+        emu.faults.fail("create", 403)
         refused = run_rollout(sub, workloads.build("T0"))
         assert refused.run["error_class"] == "create_failed"
         for record in (ok, refused):

@@ -7,10 +7,11 @@ environment it hands out with a real container of the runner image, so commands 
 sample taken through one is labelled fidelity ``emulated``: the numbers describe this machine's
 Docker engine behind an emulated API, never the cloud service itself.
 
-One module per emulated service, imported lazily (like `rtax.substrates`). An emulation is used
-in-process by the tests, and by ``rtax emulate``, which keeps them running in the foreground and
-publishes where they listen in a state file so that ``rtax probe --substrate kubernetes`` (and the
-scheduler) find them.
+One package per emulated service (its API rules, object store, backing containers and server
+apart), imported lazily (like `rtax.substrates`). An emulation is used in-process by the tests,
+and by ``rtax emulate``, which keeps them running in the foreground and publishes where they
+listen in a state file so that ``rtax probe --substrate kubernetes`` (and the scheduler) find
+them. Every emulation takes faults in one vocabulary, `rtax.emulation.faults`.
 """
 
 from __future__ import annotations

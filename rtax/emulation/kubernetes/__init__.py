@@ -35,28 +35,32 @@ restarts, image pulls, admission, and output streaming (an exec's output is sent
 ends). Every pod runs in a container of `rtax.substrates.docker.DockerSubstrate` named
 ``kubernetes-emulation``, so commands really run and the reaper can find orphans.
 
-Faults are injected from Python: `inject` answers an operation with an HTTP error (e.g. 429 with
-``Retry-After``, 403, 422, 500) and `delay` answers late after doing the work (a lost answer;
-for ``exec`` the upgrade request is accepted on its TCP connection and never answered, then
-dropped after the delay); `hold_scheduling` leaves new pods Pending and unscheduled until
-`release_scheduling` (an orchestration that never ends). `stop()` waits for the kubelet's
+Faults are planted in ``faults``, the vocabulary every emulation shares (`rtax.emulation.faults`,
+which lists this one's operations): an operation answered with an HTTP error (e.g. 429 with
+``Retry-After``, 403, 422, 500, in the v1 ``Status``), answered late after doing the work (a lost
+answer; for ``exec`` the upgrade request is accepted on its TCP connection and never answered,
+then dropped after the delay), or a failed ``schedule`` that leaves new pods Pending and
+unscheduled until cleared (an orchestration that never ends). `stop()` waits for the kubelet's
 background work and removes every container the emulation made, including those whose pods
 were deleted and are still being removed.
 
 Where each part lives: `api` (the API server's rules: errors, validation, selectors), `store`
 (objects, resourceVersion, watch), `kubelet` (each pod's life on Docker), `exec` (the WebSocket
-exec channel) and `server` (`KubernetesEmulation`: routes, fault injection, start and stop).
+exec channel) and `server` (`KubernetesEmulation`: routes, where faults are matched, start
+and stop).
 """
 
 from rtax.emulation.kubernetes.api import field_matcher, label_matcher, status_body
 from rtax.emulation.kubernetes.kubelet import BACKING_NAME, NODE_NAME
-from rtax.emulation.kubernetes.server import KubernetesEmulation
+from rtax.emulation.kubernetes.server import BACKGROUND, OPERATIONS, KubernetesEmulation
 from rtax.emulation.kubernetes.store import HISTORY
 
 __all__ = [
+    "BACKGROUND",
     "BACKING_NAME",
     "HISTORY",
     "NODE_NAME",
+    "OPERATIONS",
     "KubernetesEmulation",
     "field_matcher",
     "label_matcher",

@@ -19,6 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rtax.emulation.faults import Faults
 from rtax.emulation.kubernetes.api import timestamp
 from rtax.emulation.kubernetes.store import Store
 
@@ -29,10 +30,12 @@ NODE_NAME = "rtax-emulated-node"
 
 class Kubelet:
     """Runs the pods of `state` on Docker; `image` is the emulation's runner image (its substrate
-    removes the backing containers). `start` before the first pod, `stop` to remove them all."""
+    removes the backing containers), `faults` the emulation's (its ``schedule`` operation).
+    `start` before the first pod, `stop` to remove them all."""
 
-    def __init__(self, state: Store, image: str, backoff_after_s: float) -> None:
+    def __init__(self, state: Store, image: str, backoff_after_s: float, faults: Faults) -> None:
         self.state = state
+        self.faults = faults
         self.image = image
         self.backoff_after_s = backoff_after_s
         self.envs: dict[str, Any] = {}  # pod uid -> backing Environment
@@ -40,17 +43,14 @@ class Kubelet:
         self._made: set[str] = set()  # run ids of the backing containers
         self._pod_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        #: cleared to hold new pods Pending and unscheduled
-        self.schedulable = threading.Event()
-        self.schedulable.set()
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="k8s-kubelet")
 
     def stop(self) -> None:
-        """Let held pods go, wait for the running work, then remove every container made."""
-        self.schedulable.set()  # a held scheduler lets its pods go (they are gone or ignored)
+        """Wait for the running work (held pods give up once `state` is closed), then remove
+        every container made."""
         if self._pool is not None:
             # Background container removals still queued are cancelled: their containers are
             # still in `envs` and are removed below; the running ones are waited for.
@@ -132,19 +132,9 @@ class Kubelet:
         if pod is None:
             return
         uid = pod["metadata"]["uid"]
-        if not self.schedulable.is_set():
-
-            def unschedulable(p: dict[str, Any]) -> None:
-                cond = _condition("PodScheduled", "False", "Unschedulable")
-                cond["message"] = "0/1 nodes are available: scheduling held by the emulation."
-                p["status"]["conditions"] = [cond]
-
-            self.state.update(ns, name, unschedulable)
-            while not self.schedulable.wait(0.1) and not self.state.closed:
-                pass
-            pod = self.state.get("pods", ns, name)
-            if pod is None or pod["metadata"]["uid"] != uid or self.state.closed:
-                return
+        pod = self._schedule(ns, name, uid, pod)
+        if pod is None:
+            return
         with self._pod_lock(uid):
             if pod["metadata"].get("deletionTimestamp") or pod["spec"].get("nodeName"):
                 return  # being deleted, or already bound
@@ -226,6 +216,26 @@ class Kubelet:
             ),
         )
 
+    def _schedule(self, ns: str, name: str, uid: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The scheduler's attempts, with the planted ``schedule`` faults: a failed attempt
+        leaves the pod Pending, ``PodScheduled`` False ``Unschedulable``, and is retried every
+        0.1 s, as the scheduler retries an unschedulable pod. The pod as it is once it may be
+        bound, or None if it went away (or the emulation stopped) meanwhile."""
+        held = False
+        while (fault := self.faults.take("schedule")) is not None:
+            self.faults.wait(fault.delay_s)
+            if fault.failing:
+                if not held:
+                    held = True
+                    self.state.update(ns, name, _unschedulable(fault.message))
+                self.faults.wait(0.1)  # the scheduler's retry of an unschedulable pod
+            pod = self.state.get("pods", ns, name)
+            if pod is None or pod["metadata"]["uid"] != uid or self.state.closed:
+                return None
+            if not fault.failing:
+                break
+        return pod
+
     def _image_pull_failed(self, ns: str, name: str, container: dict[str, Any]) -> None:
         """A missing image: ErrImagePull, then (after the kubelet's first back-off)
         ImagePullBackOff; the pod stays Pending, as on a real node."""
@@ -265,6 +275,17 @@ class Kubelet:
                 pod = self.state.objects["pods"].get((ns, name))
                 if pod is not None and pod["metadata"]["uid"] == uid:
                     self.state.commit("pods", "DELETED", copy.deepcopy(pod))
+
+
+def _unschedulable(message: str) -> Any:
+    """The change a scheduler makes to a pod no node fits."""
+
+    def change(p: dict[str, Any]) -> None:
+        cond = _condition("PodScheduled", "False", "Unschedulable")
+        cond["message"] = f"0/1 nodes are available: {message}."
+        p["status"]["conditions"] = [cond]
+
+    return change
 
 
 def _condition(kind: str, status: str = "True", reason: str | None = None) -> dict[str, Any]:

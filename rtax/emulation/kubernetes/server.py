@@ -1,15 +1,15 @@
-"""`KubernetesEmulation`: the API server's routes, fault injection, start and stop.
+"""`KubernetesEmulation`: the API server's routes, where faults are matched, start and stop.
 
 Why (README.md#emulations): this is the one object a test or ``rtax emulate`` holds. It answers
 the core/v1 requests a rollout makes (version, pods: create, get, list, watch, delete; events:
 list, watch; exec) as the real API server does, using `api` for the rules, `store` for the
 objects and watches, `kubelet` for the pods' containers and `exec` for the exec channel; and it
-lets a test inject the faults a real cluster shows (errors, lost answers, a held scheduler).
+answers the faults a test plants in ``faults`` (`rtax.emulation.faults`) as a real cluster
+shows them (errors with the v1 ``Status``, lost answers, a held scheduler).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import json
@@ -18,10 +18,11 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from rtax.emulation import LoopbackServer, identified
+from rtax.emulation.faults import Fault, Faults
 from rtax.emulation.kubernetes.api import (
     field_matcher,
     grace_period,
@@ -37,13 +38,20 @@ from rtax.emulation.kubernetes.kubelet import Kubelet
 from rtax.emulation.kubernetes.store import Store, with_kind
 from rtax.image import RUNNER_IMAGE
 
-
-@dataclass
-class _Fault:
-    status: int
-    times: int
-    retry_after: int | None
-    message: str
+#: The operations a fault can be planted on (`rtax.emulation.faults`).
+OPERATIONS = {
+    "version": "GET /version",
+    "create": "POST a pod",
+    "get": "GET a pod",
+    "delete": "DELETE a pod",
+    "list": "list pods",
+    "events": "list events",
+    "watch": "watch pods or events",
+    "exec": "the exec WebSocket upgrade",
+}
+BACKGROUND = {"schedule": "the scheduler binding a new pod to the node"}
+#: The ``reason`` of an error ``Status`` by HTTP status, when a fault names none.
+_REASONS = {403: "Forbidden", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
 
 
 class KubernetesEmulation(LoopbackServer):
@@ -68,10 +76,9 @@ class KubernetesEmulation(LoopbackServer):
         self.namespaces = set(namespaces)
         self.token = token
         self.state = Store()
-        self.kubelet = Kubelet(self.state, image, backoff_after_s)
-        self._faults: dict[str, list[_Fault]] = {}
-        self._delays: dict[str, list[float]] = {}
-        self._lock = threading.Lock()
+        #: what the API does next instead of its normal course (`rtax.emulation.faults`)
+        self.faults = Faults(OPERATIONS, BACKGROUND)
+        self.kubelet = Kubelet(self.state, image, backoff_after_s, self.faults)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         #: the subprotocol of every exec, in order (tests check the negotiation)
@@ -89,6 +96,7 @@ class KubernetesEmulation(LoopbackServer):
         if self._thread is not None:
             return
         reaper.reap([self.kubelet.docker(self.image)])
+        self.faults.open()
         self.kubelet.start()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -118,6 +126,7 @@ class KubernetesEmulation(LoopbackServer):
         """Stop serving, then remove every container this emulation made. Idempotent."""
         if self._thread is not None:
             self.state.closed = True
+            self.faults.close()
             self.state.wake()
             self._server.should_exit = True
             self._thread.join(timeout=30)
@@ -135,66 +144,6 @@ class KubernetesEmulation(LoopbackServer):
             "host_address": self.kubelet.docker(self.image).host_address(),
         }
         return params
-
-    # -- fault injection -------------------------------------------------------------------------
-
-    def inject(
-        self,
-        op: str,
-        status: int,
-        times: int = 1,
-        retry_after: int | None = None,
-        message: str | None = None,
-    ) -> None:
-        """Answer the next `times` requests of `op` (create, get, list, watch, delete, exec,
-        events) with HTTP `status` (and ``Retry-After`` when given) without doing anything."""
-        fault = _Fault(status, times, retry_after, message or f"injected {status} on {op}")
-        with self._lock:
-            self._faults.setdefault(op, []).append(fault)
-
-    def delay(self, op: str, seconds: float, times: int = 1) -> None:
-        """Answer the next `times` requests of `op` `seconds` late, after doing the work (the
-        client may give up while the server already acted, as with a lost answer)."""
-        with self._lock:
-            self._delays.setdefault(op, []).extend([seconds] * times)
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self._faults.clear()
-            self._delays.clear()
-        self.kubelet.schedulable.set()
-
-    def _fault(self, op: str) -> _Fault | None:
-        with self._lock:
-            queue = self._faults.get(op) or []
-            if not queue:
-                return None
-            fault = queue[0]
-            fault.times -= 1
-            if fault.times <= 0:
-                queue.pop(0)
-            return fault
-
-    async def _late(self, op: str) -> bool:
-        """Sleep the next delay queued for `op` (ended early when the server stops); True if
-        there was one."""
-        with self._lock:
-            queue = self._delays.get(op) or []
-            seconds = queue.pop(0) if queue else 0.0
-        if not seconds:
-            return False
-        deadline = time.monotonic() + seconds
-        while not self.state.closed and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
-        return True
-
-    def hold_scheduling(self) -> None:
-        """Leave new pods Pending and unscheduled (PodScheduled False, ``Unschedulable``, as
-        when no node fits) until `release_scheduling` or `clear_faults`."""
-        self.kubelet.schedulable.clear()
-
-    def release_scheduling(self) -> None:
-        self.kubelet.schedulable.set()
 
     # -- inspection for tests --------------------------------------------------------------------
 
@@ -214,41 +163,57 @@ class KubernetesEmulation(LoopbackServer):
         from starlette.routing import Route, WebSocketRoute
 
         pods = "/api/v1/namespaces/{ns}/pods"
+        version = self._endpoint("version", self._version)
         return Starlette(
             routes=[
-                Route("/version", self._version),
-                Route("/version/", self._version),  # where the Python client asks
-                Route("/api/v1/namespaces/{ns}/events", self._list_events),
-                Route(pods, self._pods, methods=["GET", "POST"]),
-                Route(pods + "/{name}", self._pod, methods=["GET", "DELETE"]),
+                Route("/version", version),
+                Route("/version/", version),  # where the Python client asks
+                Route("/api/v1/namespaces/{ns}/events", self._endpoint("events", self._events)),
+                Route(pods, self._endpoint("create", self._create), methods=["POST"]),
+                Route(pods, self._endpoint("list", self._pods), methods=["GET"]),
+                Route(pods + "/{name}", self._endpoint("get", self._pod), methods=["GET"]),
+                Route(pods + "/{name}", self._endpoint("delete", self._pod), methods=["DELETE"]),
                 Route(pods + "/{name}/exec", self._exec_no_upgrade, methods=["GET", "POST"]),
                 WebSocketRoute(pods + "/{name}/exec", self._exec),
             ]
         )
 
-    def _deny(self, request: Any, op: str) -> Any:
-        """The response for an unauthenticated request or an injected fault, else None."""
+    def _admit(self, conn: Any, op: str) -> tuple[Any, Fault | None]:
+        """The one place a request meets authentication and the planted faults: the error
+        response it gets instead of being served (or None), and its fault (or None)."""
         from starlette.responses import JSONResponse
 
-        self.requests.append((request.scope.get("method", "WS"), request.url.path))
-        auth = request.headers.get("authorization")
+        self.requests.append((conn.scope.get("method", "WS"), conn.url.path))
+        auth = conn.headers.get("authorization")
         if self.token is not None and auth != f"Bearer {self.token}":
-            return JSONResponse(status_body(401, "Unauthorized", "Unauthorized"), 401)
-        fault = self._fault(op)
-        if fault is None:
-            return None
-        reasons = {403: "Forbidden", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
-        headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-        body = status_body(fault.status, reasons.get(fault.status, "Unknown"), fault.message)
+            return JSONResponse(status_body(401, "Unauthorized", "Unauthorized"), 401), None
+        fault = self.faults.take(op)
+        if fault is None or not fault.failing:
+            return None, fault
+        assert fault.status is not None
+        reason = fault.code or _REASONS.get(fault.status, "Unknown")
+        body = status_body(fault.status, reason, fault.message)
         if fault.retry_after is not None:
             body["details"] = {"retryAfterSeconds": fault.retry_after}
-        return JSONResponse(body, fault.status, headers=headers)
+        return JSONResponse(body, fault.status, headers=fault.headers), fault
+
+    def _endpoint(self, op: str, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """`handler` behind `_admit`; a list asked with ``watch=true`` is the ``watch``
+        operation. A fault's delay holds the answer back after the work is done."""
+
+        async def endpoint(request: Any) -> Any:
+            watching = op in ("list", "events") and is_true(request.query_params.get("watch"))
+            denied, fault = self._admit(request, "watch" if watching else op)
+            answer = denied if denied is not None else await handler(request)
+            if fault is not None:
+                await self.faults.wait_async(fault.delay_s)
+            return answer
+
+        return endpoint
 
     async def _version(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        if denied := self._deny(request, "version"):
-            return denied
         return JSONResponse(
             {
                 "major": "1",
@@ -259,18 +224,14 @@ class KubernetesEmulation(LoopbackServer):
         )
 
     async def _pods(self, request: Any) -> Any:
-        if request.method == "POST":
-            return await self._create(request)
         return await self._list(request, "pods")
 
-    async def _list_events(self, request: Any) -> Any:
+    async def _events(self, request: Any) -> Any:
         return await self._list(request, "events")
 
     async def _create(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        if denied := self._deny(request, "create"):
-            return denied
         ns = request.path_params["ns"]
         try:
             pod = json.loads(await request.body())
@@ -310,27 +271,22 @@ class KubernetesEmulation(LoopbackServer):
                 return JSONResponse(body, 409)
             created = self.state.commit("pods", "ADDED", pod)
         self.kubelet.start_pod(ns, name)
-        await self._late("create")
         return JSONResponse(with_kind("pods", created), 201)
 
     async def _pod(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        op = "get" if request.method == "GET" else "delete"
-        if denied := self._deny(request, op):
-            return denied
         ns, name = request.path_params["ns"], request.path_params["name"]
         pod = self.state.get("pods", ns, name)
         if pod is None:
             body = status_body(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
             return JSONResponse(body, 404)
-        if op == "delete":
+        if request.method == "DELETE":
             try:
                 grace = grace_period(request.query_params, await request.body(), pod)
             except ValueError as exc:
                 return JSONResponse(status_body(400, "BadRequest", str(exc)), 400)
             pod = self._delete(ns, name, pod, grace)
-            await self._late("delete")
         return JSONResponse(with_kind("pods", pod))
 
     def _delete(self, ns: str, name: str, pod: dict[str, Any], grace: int) -> dict[str, Any]:
@@ -362,9 +318,6 @@ class KubernetesEmulation(LoopbackServer):
 
         q = request.query_params
         watching = is_true(q.get("watch"))
-        op = "watch" if watching else ("events" if resource == "events" else "list")
-        if denied := self._deny(request, op):
-            return denied
         ns = request.path_params["ns"]
         try:
             labels = label_matcher(q.get("labelSelector"))
@@ -407,10 +360,15 @@ class KubernetesEmulation(LoopbackServer):
 
     async def _exec(self, ws: Any) -> None:
         """One command over a v4/v5 channel WebSocket, run in the pod's real container."""
-        if denied := self._deny(ws, "exec"):
+        denied, fault = self._admit(ws, "exec")
+        if fault is not None:
+            # a failing one is answered late; a delayed one is an upgrade request held with
+            # no answer, then dropped (the answer would have to come before the work)
+            await self.faults.wait_async(fault.delay_s)
+        if denied is not None:
             await ws.send_denial_response(denied)
             return
-        if await self._late("exec"):  # an upgrade request held with no answer, then dropped
+        if fault is not None:
             with contextlib.suppress(Exception):
                 await ws.close()
             return
