@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--steps", type=number(int), default=0, help="T2 trajectory length")
     probe.add_argument("--repeat", type=number(int, low=1), default=1, help="rollouts to run")
     probe.add_argument("--seed", type=number(int, high=MAX_SEED), default=0, help="trajectory seed")
-    probe.add_argument("--deadline", type=seconds, default=3600.0, help="per rollout, seconds")
+    probe.add_argument(
+        "--deadline", type=seconds, default=3600.0, help="rollout wall-time limit, s"
+    )
     probe.add_argument("--action-timeout", type=seconds, help="every command's timeout, seconds")
     probe.add_argument("--repo-url", default="serve", help="T2's repository: serve, path or a URL")
     probe.add_argument("--commit", help="T2 commit (default: the fixture's buggy one)")
@@ -117,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     reap = sub.add_parser("reap", parents=[conf], help="remove environments no live run owns")
     reap.add_argument("--substrate", action="append", help="repeatable (default: all reachable)")
-    reap.add_argument("--older-than", type=number(float), metavar="MIN", help="only older ones")
+    reap.add_argument(
+        "--older-than", type=number(float), metavar="MIN", help="only older, in minutes"
+    )
     reap.add_argument("--dry-run", action="store_true", help="list, remove nothing")
 
     sub.add_parser("schedule", parents=[conf], help="run the configured plans until stopped")
