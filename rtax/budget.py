@@ -9,7 +9,10 @@ environment-minute budget by at most one rollout (bounded by the scheduler's dea
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 
@@ -31,6 +34,23 @@ def exceeded(conf: SubstrateConfig, rollouts: int, env_minutes: float) -> str | 
             f"{env_minutes:.1f} of {conf.max_env_minutes_per_day:g} environment-minutes used today"
         )
     return None
+
+
+def forbids(conf: SubstrateConfig, store: Any, *, running: Sequence[float] = ()) -> str | None:
+    """Why today's budget of `conf` forbids another rollout, or None: its spending in `store`
+    today plus the rollouts still `running` (their monotonic start times: not in the database
+    yet, their environments' minutes counted so far). The scheduler's check before a rollout."""
+    if conf.max_rollouts_per_day is None and conf.max_env_minutes_per_day is None:
+        return None
+    since = day_start().isoformat(timespec="microseconds")
+    # Only spending at this substrate's own fidelity counts: emulated rollouts under the same
+    # name (a demo, `rtax emulate`) cost nothing and must not use up a real budget.
+    fidelity = "emulated" if conf.emulate else conf.params.get("fidelity", "real")
+    spend = store.spend(substrate=conf.name, fidelity=fidelity, since=since)
+    rollouts, minutes = spent(spend, conf.name)
+    rollouts += len(running)
+    minutes += sum(time.monotonic() - t for t in running) / 60
+    return exceeded(conf, rollouts, minutes)
 
 
 def spent(spend: pd.DataFrame, name: str) -> tuple[int, float]:

@@ -71,10 +71,10 @@ def env_of(request):
 
 
 def _gvisor(mode: str) -> DockerSubstrate:
-    from rtax.cli import _substrate
+    from rtax.compose import Composition
 
     # the name as `rtax probe --substrate docker-gvisor --mode MODE` builds it
-    sub = _substrate("docker-gvisor", use_emulation=False, mode=mode)
+    sub = Composition(emulations="off").substrate("docker-gvisor", mode=mode)
     assert isinstance(sub, DockerSubstrate) and sub.runtime == "runsc" and sub.mode == mode
     return sub
 
