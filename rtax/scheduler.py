@@ -38,14 +38,8 @@ from typing import Any
 from rtax import budget, fixtures, reaper, workloads
 from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, GitServer
-from rtax.probe import (
-    UNKNOWN_FIDELITY,
-    HarnessError,
-    ProbeOptions,
-    RolloutRecord,
-    failed_record,
-    run_rollout,
-)
+from rtax.probe import HarnessError, ProbeOptions, run_rollout
+from rtax.record import UNKNOWN_FIDELITY, RolloutRecord, failed_record
 from rtax.store import Store, StoreError
 from rtax.substrates import substrate_class
 from rtax.substrates.base import Substrate
