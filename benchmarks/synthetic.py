@@ -11,16 +11,17 @@ so it can never pass for data: fidelity ``modelled``, host ``synthetic``, and
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rtax import __version__, paths
-from rtax.store import ACTION_COLUMNS_ALL, RUN_COLUMNS_ALL, Store
+from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, action_row, run_row
+from rtax.store import Store
 
 #: series -> (median create, orchestration, ready, per-action seconds, clone seconds)
 PROFILES = {
@@ -56,17 +57,21 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
     start = now - timedelta(days=days)
     offsets = np.sort(rng.uniform(0, days * 86400, runs))
     conn = sqlite3.connect(path, isolation_level=None)
-    run_cols, act_cols = list(RUN_COLUMNS_ALL), list(ACTION_COLUMNS_ALL)
-    run_sql = f"INSERT INTO runs ({','.join(run_cols)}) VALUES ({','.join('?' * len(run_cols))})"
-    act_sql = f"INSERT INTO actions ({','.join(act_cols)}) VALUES ({','.join('?' * len(act_cols))})"
-    provenance = json.dumps(
-        {
-            "synthetic": True,
-            "generator": "benchmarks/synthetic.py",
-            "seed": seed,
-            "rtax_version": __version__,
-        }
+    run_sql = (
+        f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES ({','.join('?' * len(RUN_COLUMNS))})"
     )
+    act_sql = (
+        f"INSERT INTO actions ({','.join(ACTION_COLUMNS)}) "
+        f"VALUES ({','.join('?' * len(ACTION_COLUMNS))})"
+    )
+    provenance = {
+        "synthetic": True,
+        "generator": "benchmarks/synthetic.py",
+        "seed": seed,
+        "host": "synthetic",
+        "rtax_version": f"{__version__}+synthetic",
+        "substrate": {"endpoint": "synthetic://"},
+    }
     n_actions = 0
     conn.execute("BEGIN")
     run_rows, act_rows = [], []
@@ -86,94 +91,56 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
         wall = episode + cleanup + overhead
         run_id = uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i).hex
         started = start + timedelta(seconds=float(offsets[i]))
-        run = {
-            "run_id": run_id,
-            "started_at": started.isoformat(timespec="microseconds"),
-            "ended_at": (started + timedelta(seconds=wall)).isoformat(timespec="microseconds"),
-            "substrate": substrate,
-            "kind": substrate.split("-")[0],
-            "mode": mode,
-            "tier": tier,
-            "steps": steps,
-            "seed": 0,
-            "fidelity": "modelled",
-            "status": "failed" if failed else "ok",
-            "error_class": str(rng.choice(ERRORS)) if failed else None,
-            "error_message": "synthetic failure" if failed else None,
-            "create_s": create,
-            "orchestration_s": orch,
-            "ready_s": ready,
-            "setup_s": setup,
-            "actions_s": actions_s,
-            "cleanup_s": cleanup,
-            "overhead_s": overhead,
-            "wall_s": wall,
-            "time_to_first_command_s": create + orch + ready,
-            "episode_s": None if failed else episode,
-            "n_actions": n,
-            "n_actions_done": n - 1 if failed else n,
-            "cleanup_ok": 1,
-            "milestones": json.dumps(
-                [
-                    {"name": "created", "t_s": create},
-                    {"name": "running", "t_s": create + orch},
-                    {"name": "removed", "t_s": wall - overhead},
-                ]
-            ),
-            "host": "synthetic",
-            "rtax_version": f"{__version__}+synthetic",
-            "endpoint": "synthetic://",
-            "provenance": provenance,
-        }
-        run_rows.append([run.get(c) for c in run_cols])
+        error_class = str(rng.choice(ERRORS)) if failed else None
+
         t = create + orch
-        act_rows.append(
-            [run_id, 0, "ready", 0, "ready", "true", 0, ready, ready, t, 0, 0, 1, None, None]
-        )
+        actions = [_command(run_id, 0, "ready", 0, "true", t, ready)]
         t += ready
         seq = 1
         if tier == "T2":
-            act_rows.append(
-                [
-                    run_id,
-                    seq,
-                    "setup",
-                    0,
-                    "setup",
-                    "synthetic clone",
-                    0,
-                    setup,
-                    setup,
-                    t,
-                    0,
-                    0,
-                    1,
-                    None,
-                    None,
-                ]
-            )
+            actions.append(_command(run_id, seq, "setup", 0, "synthetic clone", t, setup))
             seq, t = seq + 1, t + setup
         for k in range(n):
-            act_rows.append(
-                [
-                    run_id,
-                    seq + k,
-                    "action",
-                    k,
-                    "exec",
-                    "synthetic",
-                    0,
-                    float(lat[k]),
-                    float(lat[k]),
-                    t,
-                    3,
-                    0,
-                    1,
-                    None,
-                    None,
-                ]
-            )
+            actions.append(_command(run_id, seq + k, "action", k, "synthetic", t, float(lat[k])))
             t += float(lat[k])
+        # The one run-row builder (rtax.record): overhead, time to first command and the rest
+        # are derived exactly as for a measured rollout.
+        run = run_row(
+            run_id=run_id,
+            started_at=started.isoformat(timespec="microseconds"),
+            substrate=substrate,
+            kind=substrate.split("-")[0],
+            mode=mode,
+            tier=tier,
+            steps=steps,
+            seed=0,
+            fidelity="modelled",
+            error_class=error_class,
+            error_message="synthetic failure" if failed else None,
+            provenance=provenance,
+            phases={
+                "create": create,
+                "orchestration": orch,
+                "ready": ready,
+                "setup": setup,
+                "actions": actions_s,
+                "cleanup": cleanup,
+            },
+            wall_s=wall,
+            milestones=[
+                {"name": "created", "t_s": create},
+                {"name": "running", "t_s": create + orch},
+                {"name": "removed", "t_s": wall - overhead},
+            ],
+            actions=actions,
+            episode_s=None if failed else episode,
+            n_actions=n,
+            n_actions_done=n - 1 if failed else n,
+            cleanup_ok=1,
+        )
+        run["ended_at"] = (started + timedelta(seconds=wall)).isoformat(timespec="microseconds")
+        run_rows.append([run[c] for c in RUN_COLUMNS])
+        act_rows.extend([a[c] for c in ACTION_COLUMNS] for a in actions)
         n_actions += n + seq
         if len(act_rows) > 200_000:
             conn.executemany(run_sql, run_rows)
@@ -184,6 +151,27 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
     conn.execute("COMMIT")
     conn.close()
     return runs, n_actions
+
+
+def _command(
+    run_id: str, seq: int, phase: str, idx: int, command: str, t: float, latency: float
+) -> dict[str, Any]:
+    """A successful synthetic command row, through the record's one action-row builder."""
+    return action_row(
+        run_id=run_id,
+        seq=seq,
+        phase=phase,
+        idx=idx,
+        category="exec" if phase == "action" else phase,
+        command=command,
+        exit_code=0,
+        latency_s=latency,
+        exec_s=latency,
+        t_offset_s=t,
+        stdout_bytes=3 if phase == "action" else 0,
+        stderr_bytes=0,
+        ok=1,
+    )
 
 
 def main() -> int:

@@ -17,7 +17,8 @@ from typing import Any
 
 from rtax import paths, stats, workloads
 from rtax.compose import ComposeError, Composition, check_database
-from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
+from rtax.probe import ProbeOptions, run_rollout
+from rtax.record import RolloutRecord
 
 
 @dataclass

@@ -25,7 +25,8 @@ from rtax import config as configuration
 from rtax import emulation, fixtures, paths
 from rtax.config import Config, ConfigError, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, GitServer
-from rtax.probe import UNKNOWN_FIDELITY, HarnessError
+from rtax.probe import HarnessError
+from rtax.record import UNKNOWN_FIDELITY
 from rtax.store import Store
 from rtax.substrates import NAMED, UnknownSubstrate, names, substrate_class
 from rtax.substrates.base import Substrate, SubstrateError

@@ -17,7 +17,8 @@ import uuid
 from datetime import UTC, datetime
 
 from rtax.compose import action_mode
-from rtax.probe import ProbeOptions, RolloutRecord, failed_record, run_rollout
+from rtax.probe import ProbeOptions, run_rollout
+from rtax.record import RolloutRecord, failed_record
 from rtax.substrates.base import Substrate
 from rtax.workloads import Workload
 

@@ -15,25 +15,29 @@ Why it is built this way (README.md#measurement-model):
   interrupted by the user (Ctrl-C) is cleaned up and then *not* recorded: half a rollout is no
   sample. The record is returned whole and the store writes it in one transaction.
 
-The runner knows nothing about any one substrate: it only calls the `Substrate` protocol.
+The runner knows nothing about any one substrate: it only calls the `Substrate` protocol. It
+times; what a row holds and what is derived from the timings is `rtax.record`'s.
 """
 
 from __future__ import annotations
 
-import json
-import platform
-import socket
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import Any
 
-from rtax import __version__
+from rtax.record import (
+    ACTION_PHASE,
+    RolloutRecord,
+    action_row,
+    failed_record,
+    provenance_of,
+    run_row,
+    utcnow,
+)
 from rtax.substrates.base import (
     CleanupFailed,
     Environment,
@@ -45,10 +49,7 @@ from rtax.substrates.base import (
 from rtax.substrates.poll import poll
 from rtax.workloads import Action, Workload
 
-PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup")
 READY_COMMAND = "true"
-#: An action row's phase is singular ("action"); the run's phase column is "actions".
-_ROW_PHASE = {"actions": "action"}
 #: Output kept on a failed action, for the error message; full output is never stored.
 _DETAIL_CHARS = 400
 
@@ -71,27 +72,10 @@ class HarnessError(Exception):
     error_class = "harness_error"
 
 
-#: The fidelity of a row whose substrate could not even be built and whose configuration does
-#: not say: never a silent `real` (README.md#fidelity).
-UNKNOWN_FIDELITY = "unknown"
-
-
 class Cancelled(SubstrateError):
     """The caller asked the rollout to stop; its record is half a rollout and not to be kept."""
 
     error_class = "cancelled"
-
-
-@dataclass
-class RolloutRecord:
-    """A finished rollout: one run row and its action rows, ready for `Store.save_rollout`."""
-
-    run: dict[str, Any]
-    actions: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.run["status"] == "ok"
 
 
 @dataclass
@@ -111,24 +95,9 @@ class ProbeOptions:
     cancel: threading.Event | None = None
 
 
-def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dict[str, str]:
-    """Installed versions of the libraries a sample depends on (provenance)."""
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "absent"
-    return found
-
-
 def _size(text: str, reported: int | None) -> int:
     """Bytes written: as the substrate counted them, else the UTF-8 size of the text."""
     return reported if reported is not None else len(text.encode("utf-8", "surrogateescape"))
-
-
-def _utcnow() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class _Rollout:
@@ -195,33 +164,25 @@ class _Rollout:
         """Run one command as a raw sample; the phase accrues its latency even if it fails."""
         assert self.env is not None
         timeout = min(action.timeout_s, self.remaining())
-        row: dict[str, Any] = {
-            "run_id": self.run_id,
-            "seq": len(self.actions),
-            "phase": _ROW_PHASE.get(phase, phase),
-            "idx": index,
-            "category": action.category,
-            "command": action.command,
-            "t_offset_s": self.now() - self.t0,
-        }
+        row = action_row(
+            run_id=self.run_id,
+            seq=len(self.actions),
+            phase=ACTION_PHASE[phase],
+            idx=index,
+            category=action.category,
+            command=action.command,
+            t_offset_s=self.now() - self.t0,
+        )
         self.actions.append(row)
         start = self.now()
         try:
             result = self.call("run", self.sub.run, self.env, action.command, timeout)
         except SubstrateError as exc:
-            latency = self.now() - start
-            self.phases[phase] = self.phases.get(phase, 0.0) + latency
-            row.update(
-                latency_s=latency,
-                ok=0,
-                error_class=exc.error_class,
-                detail=str(exc)[:_DETAIL_CHARS],
-            )
+            self._accrue(phase, row, start)
+            row.update(ok=0, error_class=exc.error_class, detail=str(exc)[:_DETAIL_CHARS])
             raise
-        latency = self.now() - start
-        self.phases[phase] = self.phases.get(phase, 0.0) + latency
+        self._accrue(phase, row, start)
         row.update(
-            latency_s=latency,
             exec_s=result.latency_s,
             resolution_s=result.resolution_s,
             exit_code=result.exit_code,
@@ -235,6 +196,11 @@ class _Rollout:
             tail = (result.stderr or result.stdout)[-_DETAIL_CHARS:]
             row["detail"] = f"{problem}: {tail}"
         return result.exit_code, problem or ""
+
+    def _accrue(self, phase: str, row: dict[str, Any], start: float) -> None:
+        """A command's latency, on its row and added to its phase."""
+        row["latency_s"] = latency = self.now() - start
+        self.phases[phase] = self.phases.get(phase, 0.0) + latency
 
     def ready(self) -> None:
         """Retry the no-op command until it succeeds or the ready timeout passes.
@@ -334,83 +300,37 @@ class _Rollout:
                 self.error_class = CleanupFailed.error_class
                 self.error_message = f"{type(exc).__name__}: {exc}"
 
-    def resolutions(self) -> dict[str, float | None]:
-        """``<phase>_res_s`` for each phase: the substrate's reported resolution, the ready
-        loop's own, or for setup and actions the sum over their commands (each polled
-        detection can be late by its resolution). None where nothing was polled."""
-        reported = dict(self.env.resolution) if self.env is not None else {}
-        reported.update(self.resolution)
-        for phase in ("setup", "actions"):
-            polled = [
-                r["resolution_s"]
-                for r in self.actions
-                if r["phase"] == _ROW_PHASE.get(phase, phase) and r.get("resolution_s") is not None
-            ]
-            if polled:
-                reported[phase] = sum(polled)
-        return {f"{p}_res_s": reported.get(p) for p in PHASES}
-
     def record(self, started_at: str, provenance: dict[str, Any]) -> RolloutRecord:
-        end = self.now()
-        wall = end - self.t0
-        ttfc = None
-        if all(p in self.phases for p in ("create", "orchestration", "ready")) and any(
-            r["phase"] == "ready" and r.get("ok") for r in self.actions
-        ):
-            ttfc = self.phases["create"] + self.phases["orchestration"] + self.phases["ready"]
+        """The finished record; `rtax.record.run_row` builds and derives the run row, as it
+        does every row. Resolutions: what the substrate reported, then the ready loop's own."""
         milestones = []
         if self.env is not None:
             milestones = [{"name": m.name, "t_s": m.t - self.t0} for m in self.env.milestones]
-        describe = provenance.get("substrate", {})
-        run = {
-            "run_id": self.run_id,
-            "started_at": started_at,
-            "ended_at": _utcnow(),
-            "substrate": self.sub.name,
-            "kind": self.sub.kind,
-            "mode": getattr(self.sub, "mode", "exec"),
-            "tier": self.workload.tier,
-            "steps": self.workload.steps,
-            "seed": self.workload.seed,
-            "fidelity": self.sub.fidelity,
-            "status": "ok" if self.error_class is None else "failed",
-            "error_class": self.error_class,
-            "error_message": (self.error_message or "")[:1000] or None,
-            **{f"{p}_s": self.phases.get(p) for p in PHASES},
-            "overhead_s": wall - sum(self.phases.values()),
-            "wall_s": wall,
-            "time_to_first_command_s": ttfc,
-            "episode_s": None if self.episode_end is None else self.episode_end - self.t0,
-            "n_actions": len(self.workload.actions),
-            "n_actions_done": self.n_done,
-            "cleanup_ok": None if self.cleanup_ok is None else int(self.cleanup_ok),
-            **self.resolutions(),
-            "milestones": json.dumps(milestones),
-            "host": provenance["host"],
-            "rtax_version": provenance["rtax_version"],
-            "endpoint": describe.get("endpoint"),
-            "toolchain": (describe.get("toolchain") or {}).get("digest"),
-            "provenance": json.dumps(provenance, sort_keys=True, default=str),
-        }
+        reported = dict(self.env.resolution) if self.env is not None else {}
+        run = run_row(
+            run_id=self.run_id,
+            started_at=started_at,
+            substrate=self.sub.name,
+            kind=self.sub.kind,
+            mode=getattr(self.sub, "mode", "exec"),
+            tier=self.workload.tier,
+            steps=self.workload.steps,
+            seed=self.workload.seed,
+            fidelity=self.sub.fidelity,
+            error_class=self.error_class,
+            error_message=self.error_message,
+            provenance=provenance,
+            phases=self.phases,
+            resolutions={**reported, **self.resolution},
+            wall_s=self.now() - self.t0,
+            milestones=milestones,
+            actions=self.actions,
+            episode_s=None if self.episode_end is None else self.episode_end - self.t0,
+            n_actions=len(self.workload.actions),
+            n_actions_done=self.n_done,
+            cleanup_ok=None if self.cleanup_ok is None else int(self.cleanup_ok),
+        )
         return RolloutRecord(run=run, actions=self.actions)
-
-
-def provenance_of(substrate: Substrate) -> dict[str, Any]:
-    """What produced a sample: host, versions, and the substrate's own description. A substrate
-    that can't describe itself (an unreachable endpoint) is noted and the rollout goes on; the
-    rest is rtax's own, and its failure is a harness error (`run_rollout`)."""
-    try:
-        described = substrate.describe()
-    except Exception as exc:
-        described = {"describe_error": f"{type(exc).__name__}: {exc}"}
-    return {
-        "host": socket.gethostname(),
-        "rtax_version": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "libraries": library_versions(),
-        "substrate": described,
-    }
 
 
 def run_rollout(
@@ -446,7 +366,7 @@ def run_rollout(
                 wall_s=None,
                 fidelity=substrate.fidelity,
             )
-    started_at = _utcnow()
+    started_at = utcnow()
     state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now, sleep)
     try:
         state.body()
@@ -463,54 +383,3 @@ def run_rollout(
         raise
     state.cleanup()
     return state.record(started_at, provenance)
-
-
-def failed_record(
-    name: str,
-    kind: str,
-    mode: str | None,
-    work: Any,
-    run_id: str,
-    started: datetime,
-    error_class: str,
-    message: str,
-    *,
-    wall_s: float | None,
-    fidelity: str,
-) -> RolloutRecord:
-    """The row of a rollout that produced none itself (it never started, or its thread never
-    returned): failed, classified, phases unknown. It lives here, beside `_Rollout.record`, so
-    that the run row has one owner. `work` is a Workload or a scheduler Plan. `fidelity` is
-    the substrate's (or, if it could not be built, what its configuration says, else
-    `UNKNOWN_FIDELITY`): there is no default, so a row can never fall back to `real`."""
-    steps = getattr(work, "steps", 0)
-    run = {
-        "run_id": run_id,
-        "started_at": started.isoformat(timespec="microseconds"),
-        "ended_at": datetime.now(UTC).isoformat(timespec="microseconds"),
-        "substrate": name,
-        "kind": kind,
-        "mode": mode or "exec",
-        "tier": work.tier,
-        "steps": steps,
-        "seed": getattr(work, "seed", 0),
-        "fidelity": fidelity,
-        "status": "failed",
-        "error_class": error_class,
-        "error_message": message[:1000],
-        **{f"{p}_s": None for p in PHASES},
-        **{f"{p}_res_s": None for p in PHASES},
-        "overhead_s": None,
-        "wall_s": wall_s,
-        "time_to_first_command_s": None,
-        "episode_s": None,
-        "n_actions": len(getattr(work, "actions", ())) or steps,
-        "n_actions_done": None,
-        "cleanup_ok": None,
-        "milestones": "[]",
-        "host": socket.gethostname(),
-        "rtax_version": __version__,
-        "endpoint": None,
-        "provenance": json.dumps({"host": socket.gethostname(), "rtax_version": __version__}),
-    }
-    return RolloutRecord(run=run, actions=[])

@@ -26,12 +26,13 @@ from typing import Any
 
 import pandas as pd
 
+from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
 from rtax.sketch import Sketch
-from rtax.stats import HARNESS_ERROR, PHASE_COLUMNS, attempts
+from rtax.stats import HARNESS_ERROR, attempts
 from rtax.store import Store
 
 GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
-RUN_METRICS = ("time_to_first_command_s", "episode_s", "wall_s", *PHASE_COLUMNS)
+RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
 ACTION_METRIC = "action_latency_s"
 METRICS = (*RUN_METRICS, ACTION_METRIC)
 

@@ -35,7 +35,8 @@ from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.deadline import run_with_deadline
 from rtax.fixtures import Fixture
 from rtax.lock import LockHeld, SchedulerLock
-from rtax.probe import HarnessError, RolloutRecord, failed_record
+from rtax.probe import HarnessError
+from rtax.record import RolloutRecord, failed_record
 from rtax.spool import Spool
 from rtax.store import Store, StoreError
 from rtax.substrates.base import Substrate

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from rtax.probe import RolloutRecord
+from rtax.record import RolloutRecord
 from rtax.store import Store, StoreError
 
 log = logging.getLogger("rtax.scheduler")

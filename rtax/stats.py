@@ -22,18 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+# The parts of wall time and the derived per-run metrics shown beside them (rtax.record).
+from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
+
 QUANTILES = (50, 95, 99)
-PHASE_COLUMNS = (
-    "create_s",
-    "orchestration_s",
-    "ready_s",
-    "setup_s",
-    "actions_s",
-    "cleanup_s",
-    "overhead_s",
-)
-#: Derived per-run metrics shown beside the phases.
-METRIC_COLUMNS = ("time_to_first_command_s", "episode_s", "wall_s")
 #: What may be aggregated together by default: never across action modes or fidelities.
 DEFAULT_GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
 

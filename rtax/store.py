@@ -1,4 +1,5 @@
-"""The store: every raw sample in one SQLite file. The only module that writes SQL.
+"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations), the
+only module that writes SQL.
 
 Why SQLite and raw samples (README.md#data): percentiles must be computed from the samples of the
 window in view, so nothing is pre-aggregated; a single file is what an embedded default needs.
@@ -7,14 +8,15 @@ window in view, so nothing is pre-aggregated; a single file is what an embedded 
 - ``actions``: one row per command of a rollout (ready attempts, setup, actions), linked by run_id.
 - WAL mode, so the dashboard reads while the scheduler writes.
 - One transaction per rollout: a 150-action trajectory is written whole or not at all.
-- The schema version is SQLite's ``user_version``; `MIGRATIONS` upgrades older files in order, and a
-  file newer than this rtax is refused rather than misread.
+- The columns are `rtax.record`'s fields, in their order. The schema version is SQLite's
+  ``user_version``; `rtax.migrations` upgrades older files in order, and a file newer than this
+  rtax is refused rather than misread.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,154 +24,12 @@ from typing import Any
 import pandas as pd
 import sqlite_utils
 
-from rtax.probe import PHASES, RolloutRecord
-
-RUN_COLUMNS: dict[str, type] = {
-    "run_id": str,
-    "started_at": str,
-    "ended_at": str,
-    "substrate": str,
-    "kind": str,
-    "tier": str,
-    "steps": int,
-    "seed": int,
-    "fidelity": str,
-    "status": str,
-    "error_class": str,
-    "error_message": str,
-    **{f"{p}_s": float for p in PHASES},
-    "overhead_s": float,
-    "wall_s": float,
-    "time_to_first_command_s": float,
-    "episode_s": float,
-    "n_actions": int,
-    "n_actions_done": int,
-    "cleanup_ok": int,
-    "milestones": str,
-    "host": str,
-    "rtax_version": str,
-    "endpoint": str,
-    "provenance": str,
-}
-ACTION_COLUMNS: dict[str, type] = {
-    "run_id": str,
-    "seq": int,
-    "phase": str,
-    "idx": int,
-    "category": str,
-    "command": str,
-    "exit_code": int,
-    "latency_s": float,
-    "exec_s": float,
-    "t_offset_s": float,
-    "stdout_bytes": int,
-    "stderr_bytes": int,
-    "ok": int,
-    "error_class": str,
-    "detail": str,
-}
-
-
-#: Per phase, the poll gap at which its end was detected (README.md#resolution); NULL where
-#: nothing was polled. Added by `_v5`.
-RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
-#: Every column of runs, in order, as of the latest schema.
-RUN_COLUMNS_ALL: tuple[str, ...] = (
-    *RUN_COLUMNS,
-    "mode",
-    "plan",
-    "scheduled_at",
-    *RESOLUTION_COLUMNS,
-    "toolchain",
-)
-#: Every column of actions, in order, as of the latest schema.
-ACTION_COLUMNS_ALL: tuple[str, ...] = (*ACTION_COLUMNS, "resolution_s")
+from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
+from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 
 
 class StoreError(RuntimeError):
     """The database can't be used; the message says which file and why."""
-
-
-def _v1(db: sqlite_utils.Database) -> None:
-    """The first schema: runs and their actions."""
-    db["runs"].create(RUN_COLUMNS, pk="run_id", not_null={"run_id", "substrate", "tier"})
-    db["actions"].create(
-        ACTION_COLUMNS, pk=("run_id", "seq"), foreign_keys=[("run_id", "runs", "run_id")]
-    )
-
-
-def _v2(db: sqlite_utils.Database) -> None:
-    """Action mode (exec / session) on runs, and the indexes the dashboard's queries use."""
-    db["runs"].add_column("mode", str, not_null_default="exec")
-    db["runs"].create_index(["substrate", "tier", "steps", "started_at"], if_not_exists=True)
-    db["runs"].create_index(["started_at"], if_not_exists=True)
-    db["runs"].create_index(["fidelity", "status"], if_not_exists=True)
-
-
-def _v3(db: sqlite_utils.Database) -> None:
-    """Which scheduler plan made a run and when it was due (scheduler lag = started_at minus
-    scheduled_at)."""
-    db.execute("ALTER TABLE [runs] ADD COLUMN [plan] TEXT")
-    db.execute("ALTER TABLE [runs] ADD COLUMN [scheduled_at] TEXT")
-
-
-def _v4(db: sqlite_utils.Database) -> None:
-    """Rollups: what retention keeps of raw samples it deletes (counts, sums, extremes and a
-    quantile sketch per group, time bucket and metric; README.md#retention)."""
-    db.execute(
-        "CREATE TABLE [rollups] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
-        "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
-        "[bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
-        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [min] REAL, [max] REAL, "
-        "[sketch] TEXT, [errors] TEXT, PRIMARY KEY ([substrate], [mode], [fidelity], [tier], "
-        "[steps], [bucket], [bucket_start], [metric]))"
-    )
-    db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
-
-
-def _v5(db: sqlite_utils.Database) -> None:
-    """Resolution (README.md#resolution): per phase on runs, per command on actions. Older
-    rows keep NULL: their polling (an exponential back-off) was not recorded."""
-    for column in RESOLUTION_COLUMNS:
-        db.execute(f"ALTER TABLE [runs] ADD COLUMN [{column}] REAL")
-    db.execute("ALTER TABLE [actions] ADD COLUMN [resolution_s] REAL")
-
-
-def _v6(db: sqlite_utils.Database) -> None:
-    """The workload toolchain's digest on every run (README.md#the-workload-toolchain), so that
-    a series whose toolchain differs from the local floor's can be told apart; older rows have
-    none (unknown)."""
-    db.execute("ALTER TABLE [runs] ADD COLUMN [toolchain] TEXT")
-
-
-#: (version, migration), applied in order to files whose user_version is lower.
-MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
-    (1, _v1),
-    (2, _v2),
-    (3, _v3),
-    (4, _v4),
-    (5, _v5),
-    (6, _v6),
-)
-ROLLUP_COLUMNS = (
-    "substrate",
-    "kind",
-    "mode",
-    "fidelity",
-    "tier",
-    "steps",
-    "bucket",
-    "bucket_start",
-    "metric",
-    "runs",
-    "n",
-    "sum",
-    "min",
-    "max",
-    "sketch",
-    "errors",
-)
-SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 class Store:
@@ -250,21 +110,15 @@ class Store:
 
     def save_rollout(self, record: RolloutRecord) -> None:
         """Write a run and all its actions in one transaction (all or nothing)."""
-        run_cols = list(RUN_COLUMNS_ALL)
-        run_sql = (
-            f"INSERT INTO runs ({', '.join(run_cols)}) VALUES ({', '.join('?' for _ in run_cols)})"
-        )
-        act_cols = list(ACTION_COLUMNS_ALL)
-        act_sql = (
-            f"INSERT INTO actions ({', '.join(act_cols)}) "
-            f"VALUES ({', '.join('?' for _ in act_cols)})"
-        )
         run = {**record.run, "mode": record.run.get("mode") or "exec"}
         try:
             with self._transaction():
-                self.db.conn.execute(run_sql, [run.get(c) for c in run_cols])
+                self.db.conn.execute(
+                    _insert("runs", RUN_COLUMNS), [run.get(c) for c in RUN_COLUMNS]
+                )
                 self.db.conn.executemany(
-                    act_sql, ([row.get(c) for c in act_cols] for row in record.actions)
+                    _insert("actions", ACTION_COLUMNS),
+                    ([row.get(c) for c in ACTION_COLUMNS] for row in record.actions),
                 )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot save run {run.get('run_id')}: {exc}") from exc
@@ -283,7 +137,7 @@ class Store:
 
         `columns` picks a subset (the dashboard skips the bulky provenance JSON); `limit` caps
         the rows."""
-        select = _select(columns, RUN_COLUMNS_ALL, "")
+        select = _select(columns, RUN_COLUMNS)
         where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {select} FROM runs {where} ORDER BY started_at {order}, run_id {order}"
@@ -395,14 +249,14 @@ class Store:
         if table == "runs":
             where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
             sql = f"SELECT * FROM runs {where} ORDER BY started_at, run_id"
-            columns = list(RUN_COLUMNS_ALL)
+            columns = list(RUN_COLUMNS)
         elif table == "actions":
             where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
             sql = (
                 f"SELECT a.*, {_ACTION_CONTEXT} FROM actions a JOIN runs r ON r.run_id = a.run_id "
                 f"{where} ORDER BY r.started_at, a.run_id, a.seq"
             )
-            columns = [*ACTION_COLUMNS_ALL, *_CONTEXT_NAMES]
+            columns = [*ACTION_COLUMNS, *(name for _, name in ACTION_CONTEXT)]
         else:
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
         first = True
@@ -448,13 +302,11 @@ class Store:
     def fold_runs(self, rollups: Sequence[dict[str, Any]], run_ids: Sequence[str]) -> None:
         """In one transaction: write the (already merged) rollup rows, then delete the runs they
         summarize and their actions. Either all of it happens or none."""
-        cols = list(ROLLUP_COLUMNS)
-        sql = (
-            f"INSERT OR REPLACE INTO rollups ({', '.join(cols)}) "
-            f"VALUES ({', '.join('?' for _ in cols)})"
-        )
         with self._transaction():
-            self.db.conn.executemany(sql, ([r.get(c) for c in cols] for r in rollups))
+            self.db.conn.executemany(
+                _insert("rollups", ROLLUP_COLUMNS, "INSERT OR REPLACE"),
+                ([r.get(c) for c in ROLLUP_COLUMNS] for r in rollups),
+            )
             for start in range(0, len(run_ids), 500):
                 chunk = list(run_ids[start : start + 500])
                 marks = ", ".join("?" for _ in chunk)
@@ -492,20 +344,9 @@ class Store:
         return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
 
 
-#: The run columns that come with every action row, so an action is never out of context.
-_ACTION_CONTEXT = (
-    "r.substrate, r.kind, r.mode, r.tier, r.steps, r.fidelity, "
-    "r.status AS run_status, r.started_at AS run_started_at"
-)
-_CONTEXT_NAMES = (
-    "substrate",
-    "kind",
-    "mode",
-    "tier",
-    "steps",
-    "fidelity",
-    "run_status",
-    "run_started_at",
+#: The run's context on every action row read or exported (rtax.record.ACTION_CONTEXT).
+_ACTION_CONTEXT = ", ".join(
+    f"r.{column}" if column == name else f"r.{column} AS {name}" for column, name in ACTION_CONTEXT
 )
 
 _RUN_FILTERS = frozenset(
@@ -529,7 +370,8 @@ def _where(filters: dict[str, Any], prefix: str, allowed: frozenset[str]) -> tup
             params.append(str(value))
         elif key in allowed:
             column = "a.phase" if key == "_phase" else f"{prefix}{key}"
-            values = list(value) if _is_many(value) else [value]
+            many = isinstance(value, Iterable) and not isinstance(value, (str, bytes))
+            values = list(value) if many else [value]
             clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
             params.extend(values)
         else:
@@ -537,13 +379,17 @@ def _where(filters: dict[str, Any], prefix: str, allowed: frozenset[str]) -> tup
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def _select(columns: Sequence[str] | None, known: Sequence[str], prefix: str) -> str:
+def _insert(table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+def _select(columns: Sequence[str] | None, known: Sequence[str]) -> str:
     if columns is None:
         return "*"
     unknown = [c for c in columns if c not in known]
     if unknown:
         raise StoreError(f"unknown column(s) {', '.join(unknown)}")
-    return ", ".join(f"{prefix}[{c}]" for c in columns)
+    return ", ".join(f"[{c}]" for c in columns)
 
 
 def _limit(limit: int | None, params: list[Any]) -> str:
@@ -551,7 +397,3 @@ def _limit(limit: int | None, params: list[Any]) -> str:
         return ""
     params.append(int(limit))
     return " LIMIT ?"
-
-
-def _is_many(value: Any) -> bool:
-    return isinstance(value, Iterable) and not isinstance(value, (str, bytes))

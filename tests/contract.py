@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 import pytest
 
 from rtax import reaper, workloads
-from rtax.probe import PHASES, ProbeOptions, RolloutRecord, run_rollout
+from rtax.probe import ProbeOptions, run_rollout
+from rtax.record import PHASES, RolloutRecord
 from rtax.store import Store
 from rtax.substrates.base import Substrate
 from rtax.workloads import Action, RepoSource, Workload

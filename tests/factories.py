@@ -1,17 +1,21 @@
-"""Hand-made rollout records for tests that need exact, known samples (store, dashboard)."""
+"""Hand-made rollout records for tests that need exact, known samples (store, dashboard).
+
+Every row has every field rtax.record declares (None unless set here); an override that is not
+a field is refused, so a test can't silently write a column that doesn't exist."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from rtax.probe import PHASES, RolloutRecord
+from rtax.record import ACTION_COLUMNS, PHASES, RUN_COLUMNS, RolloutRecord
 
 
 def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
-    """A run dict with the keys `_Rollout.record` produces (see rtax.probe)."""
+    """A successful run row with known values (the keys of `rtax.record.run_row`)."""
     phases = {f"{p}_s": 0.01 * (i + 1) for i, p in enumerate(PHASES)}
-    run: dict[str, Any] = {
+    run: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
+    run |= {
         "run_id": run_id,
         "started_at": "2025-01-01T00:00:00.000000+00:00",
         "ended_at": "2025-01-01T00:00:01.000000+00:00",
@@ -35,20 +39,19 @@ def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
         "n_actions": 1,
         "n_actions_done": 1,
         "cleanup_ok": 1,
-        **{f"{p}_res_s": None for p in PHASES},
         "milestones": json.dumps([{"name": "created", "t_s": 0.005}]),
         "host": "test-host",
         "rtax_version": "0.1.0",
         "endpoint": None,
         "provenance": json.dumps({"host": "test-host"}),
     }
-    run.update(overrides)
-    return run
+    return _set(run, overrides)
 
 
 def make_action(run_id: str, seq: int, phase: str = "action", **overrides: Any) -> dict[str, Any]:
     """An action row with the keys `_Rollout.command` produces."""
-    row: dict[str, Any] = {
+    row: dict[str, Any] = dict.fromkeys(ACTION_COLUMNS)
+    row |= {
         "run_id": run_id,
         "seq": seq,
         "phase": phase,
@@ -62,10 +65,8 @@ def make_action(run_id: str, seq: int, phase: str = "action", **overrides: Any) 
         "stdout_bytes": 2,
         "stderr_bytes": 0,
         "ok": 1,
-        "resolution_s": None,
     }
-    row.update(overrides)
-    return row
+    return _set(row, overrides)
 
 
 def make_record(
@@ -76,3 +77,10 @@ def make_record(
     """A run with one action row per entry of `phases`, seq 0, 1, 2, ..."""
     actions = [make_action(run_id, i, p) for i, p in enumerate(phases)]
     return RolloutRecord(run=make_run(run_id, **run_overrides), actions=actions)
+
+
+def _set(row: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(overrides) - set(row)
+    if unknown:
+        raise TypeError(f"not a field: {', '.join(sorted(unknown))}")
+    return row | overrides

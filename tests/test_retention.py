@@ -12,7 +12,7 @@ import pytest
 
 from factories import make_action, make_run
 from rtax import retention
-from rtax.probe import RolloutRecord
+from rtax.record import RolloutRecord
 from rtax.sketch import EXACT_LIMIT
 from rtax.store import Store
 

@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rtax import stats
-from rtax.stats import PHASE_COLUMNS, TrajectoryFit
+from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.stats import TrajectoryFit
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -247,7 +248,7 @@ def test_phase_summary_rows_and_values() -> None:
         run(status="failed", phases=(1000,) * 7, episode_s=1e6),
     )
     table = stats.phase_summary(runs).set_index("phase")
-    expected_phases = [c.removesuffix("_s") for c in (*PHASE_COLUMNS, *stats.METRIC_COLUMNS)]
+    expected_phases = [c.removesuffix("_s") for c in (*PHASE_COLUMNS, *METRIC_COLUMNS)]
     assert table.index.tolist() == expected_phases
     assert {"n", "mean", "p50", "p95", "success_rate"} <= set(table.columns)
     assert "p99" not in table.columns  # default quantiles are 50 and 95
@@ -272,7 +273,7 @@ def test_phase_summary_missing_column_gives_n0() -> None:
 
 def test_phase_summary_of_no_runs() -> None:
     table = stats.phase_summary(pd.DataFrame())
-    assert len(table) == len(PHASE_COLUMNS) + len(stats.METRIC_COLUMNS)
+    assert len(table) == len(PHASE_COLUMNS) + len(METRIC_COLUMNS)
     assert (table["n"] == 0).all()
     assert table["success_rate"].isna().all()
 

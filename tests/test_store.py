@@ -12,16 +12,11 @@ import pytest
 import sqlite_utils
 
 from factories import make_action, make_record, make_run
+from rtax import migrations
 from rtax import store as store_module
-from rtax.probe import RolloutRecord
-from rtax.store import (
-    ACTION_COLUMNS_ALL,
-    RUN_COLUMNS,
-    RUN_COLUMNS_ALL,
-    SCHEMA_VERSION,
-    Store,
-    StoreError,
-)
+from rtax.migrations import SCHEMA_VERSION
+from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
+from rtax.store import Store, StoreError
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -39,8 +34,8 @@ def test_new_database_has_current_schema_and_wal(store: Store, db_path: Path) ->
     assert store.version == SCHEMA_VERSION
     assert store.db.journal_mode == "wal"
     assert set(store.db.table_names()) >= {"runs", "actions"}
-    assert set(store.db["runs"].columns_dict) == set(RUN_COLUMNS_ALL)
-    assert set(store.db["actions"].columns_dict) == set(ACTION_COLUMNS_ALL)
+    assert list(store.db["runs"].columns_dict) == list(RUN_COLUMNS)
+    assert list(store.db["actions"].columns_dict) == list(ACTION_COLUMNS)
     assert store.count("runs") == 0 and store.count("actions") == 0
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -292,17 +287,20 @@ def test_run_without_substrate_is_refused(store: Store) -> None:
 def _make_v1_file(path: Path) -> None:
     """An rtax database as version 1 wrote it: no `mode` column, no indexes."""
     db = sqlite_utils.Database(path)
-    store_module._v1(db)
+    migrations._v1(db)
     db.execute("PRAGMA user_version = 1")
-    old = make_run("old-run", started_at="2024-06-01T12:00:00+00:00", episode_s=2.5)
-    for later in ("mode", *store_module.RESOLUTION_COLUMNS):
-        del old[later]
-    db["runs"].insert(old)
-    old_action = make_action("old-run", 0, "ready")
-    del old_action["resolution_s"]
-    db["actions"].insert(old_action)
+    _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00", episode_s=2.5))
     db.conn.commit()
     db.conn.close()
+
+
+def _insert_as_of(db: sqlite_utils.Database, run: dict[str, Any]) -> None:
+    """`run` and one ready action, as a file of `db`'s version held them (its columns only)."""
+    have = db["runs"].columns_dict
+    db["runs"].insert({k: v for k, v in run.items() if k in have})
+    action = make_action(run["run_id"], 0, "ready")
+    have = db["actions"].columns_dict
+    db["actions"].insert({k: v for k, v in action.items() if k in have})
 
 
 def test_v1_file_is_upgraded(db_path: Path) -> None:
@@ -336,17 +334,11 @@ def test_v4_file_gains_resolution_columns_and_keeps_old_rows(db_path: Path) -> N
     """A file written before resolution was recorded (v4): its rows keep NULL, which means
     "not recorded", and new rows carry their resolutions (README.md#resolution)."""
     db = sqlite_utils.Database(db_path)
-    for version, migration in store_module.MIGRATIONS:
+    for version, migration in migrations.MIGRATIONS:
         if version <= 4:
             migration(db)
     db.execute("PRAGMA user_version = 4")
-    old = make_run("old-run", started_at="2024-06-01T12:00:00+00:00")
-    for column in store_module.RESOLUTION_COLUMNS:
-        del old[column]
-    db["runs"].insert(old)
-    old_action = make_action("old-run", 0, "ready")
-    del old_action["resolution_s"]
-    db["actions"].insert(old_action)
+    _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00"))
     db.conn.commit()
     db.conn.close()
 
@@ -416,7 +408,7 @@ def test_failed_migration_leaves_the_file_openable(
         db["runs"].add_column("mode", str, not_null_default="exec")
         raise sqlite3.OperationalError("disk I/O error (simulated, after the first DDL)")
 
-    monkeypatch.setattr(store_module, "MIGRATIONS", ((1, store_module._v1), (2, half_v2)))
+    monkeypatch.setattr(store_module, "MIGRATIONS", ((1, migrations._v1), (2, half_v2)))
     with pytest.raises(StoreError):
         Store(db_path)
     monkeypatch.undo()
@@ -484,7 +476,7 @@ def test_export_runs_csv(filled: Store, tmp_path: Path) -> None:
     frame = pd.read_csv(out)
     assert len(frame) == 5
     assert frame["run_id"].tolist() == ["r1", "r2", "r3", "r4", "r5"]
-    assert {*RUN_COLUMNS, "mode"} <= set(frame.columns)
+    assert list(frame.columns) == list(RUN_COLUMNS)
 
 
 def test_export_with_filters(filled: Store, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ import pytest
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax import config, workloads
 from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
-from rtax.probe import PHASES, ProbeOptions, run_rollout
+from rtax.probe import ProbeOptions, run_rollout
+from rtax.record import PHASES
 from rtax.store import Store
 from rtax.substrates.base import LABEL, CommandResult, Environment, SubstrateError, clock
 from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate

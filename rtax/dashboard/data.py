@@ -17,31 +17,10 @@ import pandas as pd
 import streamlit as st
 
 from rtax import paths, stats
-from rtax.store import RESOLUTION_COLUMNS, RUN_COLUMNS_ALL, Store
+from rtax.record import PAGE_COLUMNS, RUN_COLUMNS
+from rtax.store import Store
 
 TTL_S = 10
-
-#: The run columns the pages use (provenance and messages stay in the database and the CSVs).
-RUN_FIELDS = (
-    "run_id",
-    "started_at",
-    "substrate",
-    "kind",
-    "mode",
-    "tier",
-    "steps",
-    "fidelity",
-    "status",
-    "error_class",
-    "toolchain",
-    *stats.PHASE_COLUMNS,
-    "wall_s",
-    "time_to_first_command_s",
-    "episode_s",
-    "n_actions",
-    "n_actions_done",
-    *RESOLUTION_COLUMNS,
-)
 
 #: (window seconds or None, substrates, tiers, fidelities): the hashable form of the filters.
 FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
@@ -106,7 +85,7 @@ def _open(db: str) -> Store | None:
 
 
 def _empty_runs() -> pd.DataFrame:
-    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in RUN_FIELDS})
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in PAGE_COLUMNS})
     return stats.add_series(frame)
 
 
@@ -117,7 +96,7 @@ def runs(db: str, key: FilterKey) -> pd.DataFrame:
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=RUN_FIELDS, **_query(key))
+        frame = store.runs(columns=PAGE_COLUMNS, **_query(key))
         floor = store.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
@@ -169,7 +148,7 @@ def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
     """The newest `limit` raw rows of `table` for the filters (for display)."""
     store = _open(db)
     if store is None:
-        return pd.DataFrame(columns=list(RUN_COLUMNS_ALL))
+        return pd.DataFrame(columns=list(RUN_COLUMNS))
     with store:
         if table == "runs":
             return store.runs(limit=limit, newest_first=True, **_query(key))

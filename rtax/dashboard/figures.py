@@ -13,7 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from rtax import reference
-from rtax.stats import PHASE_COLUMNS, percentile, successful
+from rtax.record import PHASE_COLUMNS
+from rtax.stats import percentile, successful
 
 ECDF_POINTS = 400
 PHASE_COLORS = {

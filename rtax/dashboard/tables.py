@@ -14,25 +14,21 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from rtax import projection, reference, stats
+from rtax.record import METRIC_PHASES, PHASE_COLUMNS
 
 GROUP = ("series", "tier", "steps")
-PHASES = ("create", "orchestration", "ready", "setup", "actions", "cleanup", "overhead")
+#: The parts of wall time, as `stats.phase_summary` names them.
+PHASES = tuple(c.removesuffix("_s") for c in PHASE_COLUMNS)
 #: A resolution is shown beside a percentile once it exceeds this share of it
 #: (README.md#resolution); below, polling's error is lost in the number's own spread.
 RESOLUTION_SHARE = 0.05
-#: The phases a derived metric adds up: each polled end in them can be late by its resolution.
-_SUMS = {
-    "time_to_first_command_s": ("create", "orchestration", "ready"),
-    "episode_s": ("create", "orchestration", "ready", "setup", "actions"),
-    "wall_s": ("create", "orchestration", "ready", "setup", "actions", "cleanup"),
-}
 
 
 def resolution_of(runs: pd.DataFrame, metric: str) -> pd.Series:
     """Per run, the resolution of `metric` (s): its phase's ``<phase>_res_s``, or for a sum
     of phases the sum of theirs. NaN where nothing was polled (or, before schema v5, nothing
     was recorded)."""
-    phases = _SUMS.get(metric, (metric.removesuffix("_s"),))
+    phases = METRIC_PHASES.get(metric, (metric.removesuffix("_s"),))
     columns = [f"{p}_res_s" for p in phases if f"{p}_res_s" in runs.columns]
     if not columns:
         return pd.Series(math.nan, index=runs.index, dtype=float)

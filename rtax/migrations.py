@@ -1,0 +1,160 @@
+"""The store's schema history: one migration per version, applied in order by `rtax.store`.
+
+Why the column lists here are literals and not read from `rtax.record`: a migration describes
+the past. Version 1 created exactly these columns, whatever the record declares today; deriving
+them would silently change what an old migration does (a new database and an upgraded one
+would then differ). A new field is declared in `rtax.record.RUN_FIELDS` (or `ACTION_FIELDS`)
+*and* added here by a new migration; tests/test_record.py checks that the two agree.
+
+The schema version is SQLite's ``user_version``; each migration runs in its own transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+#: Frozen: the runs columns version 1 created (rtax.record.RUN_FIELDS with since=1).
+V1_RUN_COLUMNS: dict[str, type] = {
+    "run_id": str,
+    "started_at": str,
+    "ended_at": str,
+    "substrate": str,
+    "kind": str,
+    "tier": str,
+    "steps": int,
+    "seed": int,
+    "fidelity": str,
+    "status": str,
+    "error_class": str,
+    "error_message": str,
+    "create_s": float,
+    "orchestration_s": float,
+    "ready_s": float,
+    "setup_s": float,
+    "actions_s": float,
+    "cleanup_s": float,
+    "overhead_s": float,
+    "wall_s": float,
+    "time_to_first_command_s": float,
+    "episode_s": float,
+    "n_actions": int,
+    "n_actions_done": int,
+    "cleanup_ok": int,
+    "milestones": str,
+    "host": str,
+    "rtax_version": str,
+    "endpoint": str,
+    "provenance": str,
+}
+#: Frozen: the actions columns version 1 created.
+V1_ACTION_COLUMNS: dict[str, type] = {
+    "run_id": str,
+    "seq": int,
+    "phase": str,
+    "idx": int,
+    "category": str,
+    "command": str,
+    "exit_code": int,
+    "latency_s": float,
+    "exec_s": float,
+    "t_offset_s": float,
+    "stdout_bytes": int,
+    "stderr_bytes": int,
+    "ok": int,
+    "error_class": str,
+    "detail": str,
+}
+#: Frozen: the per-phase resolution columns version 5 added to runs.
+V5_RESOLUTION_COLUMNS: tuple[str, ...] = (
+    "create_res_s",
+    "orchestration_res_s",
+    "ready_res_s",
+    "setup_res_s",
+    "actions_res_s",
+    "cleanup_res_s",
+)
+#: The columns of rollups (created by `_v4`), in order.
+ROLLUP_COLUMNS: tuple[str, ...] = (
+    "substrate",
+    "kind",
+    "mode",
+    "fidelity",
+    "tier",
+    "steps",
+    "bucket",
+    "bucket_start",
+    "metric",
+    "runs",
+    "n",
+    "sum",
+    "min",
+    "max",
+    "sketch",
+    "errors",
+)
+
+
+def _v1(db: sqlite_utils.Database) -> None:
+    """The first schema: runs and their actions."""
+    db["runs"].create(V1_RUN_COLUMNS, pk="run_id", not_null={"run_id", "substrate", "tier"})
+    db["actions"].create(
+        V1_ACTION_COLUMNS, pk=("run_id", "seq"), foreign_keys=[("run_id", "runs", "run_id")]
+    )
+
+
+def _v2(db: sqlite_utils.Database) -> None:
+    """Action mode (exec / session) on runs, and the indexes the dashboard's queries use."""
+    db["runs"].add_column("mode", str, not_null_default="exec")
+    db["runs"].create_index(["substrate", "tier", "steps", "started_at"], if_not_exists=True)
+    db["runs"].create_index(["started_at"], if_not_exists=True)
+    db["runs"].create_index(["fidelity", "status"], if_not_exists=True)
+
+
+def _v3(db: sqlite_utils.Database) -> None:
+    """Which scheduler plan made a run and when it was due (scheduler lag = started_at minus
+    scheduled_at)."""
+    db.execute("ALTER TABLE [runs] ADD COLUMN [plan] TEXT")
+    db.execute("ALTER TABLE [runs] ADD COLUMN [scheduled_at] TEXT")
+
+
+def _v4(db: sqlite_utils.Database) -> None:
+    """Rollups: what retention keeps of raw samples it deletes (counts, sums, extremes and a
+    quantile sketch per group, time bucket and metric; README.md#retention)."""
+    db.execute(
+        "CREATE TABLE [rollups] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
+        "[bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [min] REAL, [max] REAL, "
+        "[sketch] TEXT, [errors] TEXT, PRIMARY KEY ([substrate], [mode], [fidelity], [tier], "
+        "[steps], [bucket], [bucket_start], [metric]))"
+    )
+    db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
+
+
+def _v5(db: sqlite_utils.Database) -> None:
+    """Resolution (README.md#resolution): per phase on runs, per command on actions. Older
+    rows keep NULL: their polling (an exponential back-off) was not recorded."""
+    for column in V5_RESOLUTION_COLUMNS:
+        db.execute(f"ALTER TABLE [runs] ADD COLUMN [{column}] REAL")
+    db.execute("ALTER TABLE [actions] ADD COLUMN [resolution_s] REAL")
+
+
+def _v6(db: sqlite_utils.Database) -> None:
+    """The workload toolchain's digest on every run (README.md#the-workload-toolchain), so that
+    a series whose toolchain differs from the local floor's can be told apart; older rows have
+    none (unknown)."""
+    db.execute("ALTER TABLE [runs] ADD COLUMN [toolchain] TEXT")
+
+
+#: (version, migration), applied in order to files whose user_version is lower.
+MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
+    (1, _v1),
+    (2, _v2),
+    (3, _v3),
+    (4, _v4),
+    (5, _v5),
+    (6, _v6),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]

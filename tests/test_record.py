@@ -1,0 +1,240 @@
+"""rtax.record is the one owner of the run and action fields (README.md#data).
+
+The property: every field it declares is a column of a freshly migrated store, in the same
+order and type, and nothing else is; each migration adds exactly the fields that say they came
+with it; a run row has the same keys whichever path built it (a finished rollout or
+`failed_record`); the store's export, the dashboard's subset and the statistics' columns are
+all drawn from it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sqlite_utils
+
+from factories import make_record
+from rtax import record
+from rtax.migrations import MIGRATIONS, SCHEMA_VERSION
+from rtax.probe import run_rollout
+from rtax.record import (
+    ACTION_COLUMNS,
+    ACTION_FIELDS,
+    RUN_COLUMNS,
+    RUN_FIELDS,
+    failed_record,
+    run_row,
+)
+from rtax.store import Store
+from rtax.substrates.base import CommandResult, Environment, ExecError
+from rtax.workloads import Action, Workload
+
+
+def _columns(db: sqlite_utils.Database, table: str) -> list[tuple[str, type]]:
+    return list(db[table].columns_dict.items()) if db[table].exists() else []
+
+
+def test_a_fresh_store_has_exactly_the_declared_fields_in_order(tmp_path: Path) -> None:
+    with Store(tmp_path / "x.db") as store:
+        assert _columns(store.db, "runs") == [(f.name, f.type) for f in RUN_FIELDS]
+        assert _columns(store.db, "actions") == [(f.name, f.type) for f in ACTION_FIELDS]
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION + 1))
+def test_each_migration_adds_the_fields_that_name_it(tmp_path: Path, version: int) -> None:
+    """`Field.since` is the truth about history: up to each version, the migrated tables hold
+    exactly the fields declared as added by then (so a new field without its migration, or a
+    migration without its declaration, fails here)."""
+    db = sqlite_utils.Database(tmp_path / "x.db")
+    for v, migration in MIGRATIONS:
+        if v <= version:
+            migration(db)
+    runs = [(f.name, f.type) for f in RUN_FIELDS if f.since <= version]
+    actions = [(f.name, f.type) for f in ACTION_FIELDS if f.since <= version]
+    assert _columns(db, "runs") == runs
+    assert _columns(db, "actions") == actions
+
+
+def test_field_names_are_unique_and_every_field_has_a_meaning() -> None:
+    for fields in (RUN_FIELDS, ACTION_FIELDS):
+        names = [f.name for f in fields]
+        assert len(names) == len(set(names))
+        assert all(f.meaning and "\n" not in f.meaning for f in fields)
+        assert [f.since for f in fields] == sorted(f.since for f in fields)  # new ones last
+
+
+def test_the_derived_column_sets_are_drawn_from_the_fields() -> None:
+    for columns in (
+        record.PHASE_COLUMNS,
+        record.RESOLUTION_COLUMNS,
+        record.METRIC_COLUMNS,
+        record.PAGE_COLUMNS,
+        tuple(column for column, _ in record.ACTION_CONTEXT),
+    ):
+        assert set(columns) <= set(RUN_COLUMNS), columns
+    assert set(record.ACTION_PHASE) <= set(record.PHASES)  # the phases that run commands
+    for phases in record.METRIC_PHASES.values():
+        assert set(phases) <= set(record.PHASES)
+
+
+class _Fake:
+    """A substrate whose every call succeeds at once (or whose commands fail, if told)."""
+
+    name, kind, fidelity, mode = "fake", "fake", "real", "session"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def create(self, run_id: str) -> Environment:
+        return Environment(env_id="fake-1", run_id=run_id)
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        env.resolution["orchestration"] = 0.125
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        if self.fail and command != "true":
+            raise ExecError("the command could not be run")
+        return CommandResult(0, "out", "", 0.001, resolution_s=0.25)
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        pass
+
+    def describe(self) -> dict:
+        return {"endpoint": "fake://here", "toolchain": {"digest": "tc-1"}}
+
+
+_WORKLOAD = Workload(
+    tier="T1",
+    steps=2,
+    seed=3,
+    setup=(Action("setup", "echo setup"),),
+    actions=(Action("exec", "echo a"), Action("exec", "echo b")),
+)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_rollout_and_a_failed_record_have_exactly_the_same_keys(fail: bool) -> None:
+    finished = run_rollout(_Fake(fail), _WORKLOAD, run_id="r1")
+    lost = failed_record(
+        "fake",
+        "fake",
+        None,
+        _WORKLOAD,
+        "r2",
+        datetime.now(UTC),
+        "setup_error",
+        "no",
+        wall_s=None,
+        fidelity="unknown",
+    )
+    assert list(finished.run) == list(RUN_COLUMNS)
+    assert list(lost.run) == list(RUN_COLUMNS)
+    assert finished.actions and all(list(row) == list(ACTION_COLUMNS) for row in finished.actions)
+    assert finished.ok is not fail and lost.ok is False
+
+
+def test_a_finished_rollout_row_derives_what_the_model_says() -> None:
+    run = run_rollout(_Fake(), _WORKLOAD, run_id="r1").run
+    phases = [run[c] for c in record.PHASE_COLUMNS]
+    assert sum(phases) == pytest.approx(run["wall_s"])
+    first = record.METRIC_PHASES["time_to_first_command_s"]
+    assert run["time_to_first_command_s"] == pytest.approx(sum(run[f"{p}_s"] for p in first))
+    assert run["orchestration_res_s"] == 0.125  # reported by the substrate
+    assert run["setup_res_s"] == 0.25 and run["actions_res_s"] == 0.5  # summed over commands
+    assert (run["endpoint"], run["toolchain"], run["mode"]) == ("fake://here", "tc-1", "session")
+    assert (run["status"], run["n_actions"], run["n_actions_done"]) == ("ok", 2, 2)
+
+
+def test_a_failed_record_keeps_only_what_is_known() -> None:
+    row = failed_record(
+        "k8s",
+        "kubernetes",
+        None,
+        _WORKLOAD,
+        "r2",
+        datetime.now(UTC),
+        "setup_error",
+        "x" * 5000,
+        wall_s=3.0,
+        fidelity="emulated",
+    ).run
+    assert (row["status"], row["mode"], row["fidelity"], row["wall_s"]) == (
+        "failed",
+        "exec",
+        "emulated",
+        3.0,
+    )
+    assert len(row["error_message"]) == record.MESSAGE_CHARS
+    assert row["overhead_s"] is None  # no phase was timed: nothing to subtract
+    known = {"run_id", "started_at", "ended_at", "substrate", "kind", "mode", "tier", "steps"}
+    known |= {"seed", "fidelity", "status", "error_class", "error_message", "wall_s"}
+    known |= {"n_actions", "milestones", "host", "rtax_version", "provenance"}
+    assert {k for k, v in row.items() if v is not None} == known
+
+
+def test_run_row_refuses_unknown_and_derived_fields() -> None:
+    base = dict(
+        run_id="r",
+        started_at="2025-01-01T00:00:00+00:00",
+        substrate="s",
+        kind="k",
+        mode=None,
+        tier="T0",
+        steps=0,
+        seed=0,
+        fidelity="real",
+        error_class=None,
+        error_message=None,
+        provenance=record.origin(),
+    )
+    for bad in ("episode", "status", "time_to_first_command_s", "create_s", "toolchain"):
+        with pytest.raises(TypeError, match=bad):
+            run_row(**base, **{bad: 1})
+    assert run_row(**base, plan="nightly")["plan"] == "nightly"
+    with pytest.raises(TypeError, match="latency"):
+        record.action_row(latency=1.0)
+
+
+def test_time_to_first_command_needs_a_successful_ready_command() -> None:
+    phases = {"create": 1.0, "orchestration": 2.0, "ready": 4.0}
+    kw = dict(
+        run_id="r",
+        started_at="t",
+        substrate="s",
+        kind="k",
+        mode=None,
+        tier="T0",
+        steps=0,
+        seed=0,
+        fidelity="real",
+        error_class="ready_timeout",
+        error_message="m",
+        provenance=record.origin(),
+        phases=phases,
+        wall_s=8.0,
+    )
+    refused = record.action_row(phase="ready", ok=0)
+    assert run_row(**kw, actions=[refused])["time_to_first_command_s"] is None
+    accepted = record.action_row(phase="ready", ok=1)
+    row = run_row(**kw, actions=[refused, accepted])
+    assert row["time_to_first_command_s"] == 7.0
+    assert row["overhead_s"] == 1.0
+
+
+def test_the_export_is_in_field_order(tmp_path: Path) -> None:
+    with Store(tmp_path / "x.db") as store:
+        store.save_rollout(make_record("r1"))
+        store.export_csv("runs", tmp_path / "runs.csv")
+        store.export_csv("actions", tmp_path / "actions.csv")
+    assert list(pd.read_csv(tmp_path / "runs.csv").columns) == list(RUN_COLUMNS)
+    context = [name for _, name in record.ACTION_CONTEXT]
+    assert list(pd.read_csv(tmp_path / "actions.csv").columns) == [*ACTION_COLUMNS, *context]
+
+
+def test_the_reference_lists_every_field_once() -> None:
+    text = record.reference(RUN_FIELDS)
+    for field in RUN_FIELDS:
+        assert text.count(f"| `{field.name}` |") == 1
+    assert len(text.splitlines()) == len(RUN_FIELDS) + 2
