@@ -23,7 +23,9 @@ def live() -> None:
             f"{len(runs)} runs ({ok} successful) for: {chosen.describe()}. Percentiles are "
             f"over successful runs only, with their n; the success rate counts every run "
             f"the substrate answers for: harness errors (rtax's own failures) are counted "
-            f"apart and never lower it. "
+            f"apart and never lower it. A `res` column gives the polling resolution (the "
+            f"coarsest poll interval at which a sample's events were seen) wherever it exceeds "
+            f"5 % of the p50 beside it; blank: finer, or nothing polled. "
             f"Refreshes every {data.TTL_S} s."
         )
         style.table(tables.overview(runs))
