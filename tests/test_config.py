@@ -166,17 +166,26 @@ def test_env_var_parameters_are_names_not_values(tmp_path: Path) -> None:
     assert conf.substrates["local"].params == {"root_env": "RTAX_TEST_ROOT"}
 
 
-def test_every_toml_example_in_the_readme_is_a_valid_configuration(tmp_path: Path) -> None:
-    """The documentation's configuration examples (real clusters and accounts included) pass
-    the same checks as `rtax config check`: docs that match the behaviour."""
+def test_every_toml_example_in_the_docs_is_a_valid_configuration(tmp_path: Path) -> None:
+    """The documentation's configuration examples (README.md and docs/, real clusters and
+    accounts included) pass the same checks as `rtax config check`: docs that match the
+    behaviour."""
     import re
     import tomllib
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    blocks = re.findall(r"```toml\n(.*?)```", readme, flags=re.S)
-    assert len(blocks) >= 5  # configuration, budgets, kubernetes, ec2, daytona
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    blocks = {
+        f"{page.relative_to(root)} #{i}": block
+        for page in pages
+        for i, block in enumerate(re.findall(r"```toml\n(.*?)```", page.read_text(), flags=re.S))
+    }
+    assert len(blocks) >= 5, blocks  # configuration, budgets, kubernetes, ec2, daytona
     kinds = set()
-    for block in blocks:
-        conf = config.parse(tomllib.loads(block), base=tmp_path)
+    for where, block in blocks.items():
+        try:
+            conf = config.parse(tomllib.loads(block), base=tmp_path)
+        except (config.ConfigError, tomllib.TOMLDecodeError) as exc:
+            raise AssertionError(f"{where}: {exc}") from None
         kinds |= {s.kind for s in conf.substrates.values()}
     assert {"kubernetes", "ec2", "daytona"} <= kinds
