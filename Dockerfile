@@ -1,4 +1,4 @@
-# The rtax app: the scheduler and the dashboard in one container (README.md#container).
+# The rtax app: the scheduler and the dashboard in one container (docs/container.md).
 #
 #   docker build -t rtax-app .                                   # official Python image (registry)
 #   docker build -t rtax-app --build-arg BASE=rtax-base:bookworm .   # registry-free (CI does this)
@@ -22,7 +22,7 @@ RUN set -eux; \
 
 WORKDIR /app
 # Only the runtime lock (requirements.txt): no test runner, linter, browser driver or moto (the
-# EC2 emulation's server); those are in requirements-dev.txt (README.md#container).
+# EC2 emulation's server); those are in requirements-dev.txt (docs/container.md).
 # build-ca.crt is optional (the glob matches nothing without it): an extra CA bundle for pip
 # behind a TLS-inspecting proxy; scripts/check-app-image.sh puts the host's bundle there.
 COPY requirements.txt pyproject.toml README.md build-ca.cr[t] ./

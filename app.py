@@ -1,7 +1,7 @@
 """rtax dashboard: the router. Shared filters in the sidebar, then the chosen page.
 
 Run with `streamlit run app.py` (`make run` does it, with the scheduler later). Pages live in
-`pages/` and only call into `rtax` (README.md#dashboard).
+`pages/` and only call into `rtax` (docs/dashboard.md).
 """
 
 import streamlit as st

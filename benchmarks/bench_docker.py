@@ -1,7 +1,7 @@
 """`make bench` (Docker part): rtax's Docker numbers against their floors, side by side in one run.
 
 Why ratios measured together: machine noise moves absolute timings, not ratios taken in the same
-minute with the work interleaved in blocks (README.md#benchmarks). Printed:
+minute with the work interleaved in blocks (docs/benchmarks.md). Printed:
 
 1. exec-mode action p50 through rtax vs the raw SDK ``exec_run`` of the same shell command on a
    long-lived container. Target <= 1.05x.

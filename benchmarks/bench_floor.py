@@ -1,6 +1,6 @@
 """`make bench` (comparability): the local floor against Docker, per action category, one run.
 
-Why (README.md#the-workload-toolchain): the floor must be a floor. `local` and `docker` (session
+Why (docs/toolchain.md): the floor must be a floor. `local` and `docker` (session
 mode) run the same trajectory (same seed, same length, same toolchain) in alternating rollouts,
 so drift hits both sides alike; for every action category the floor's per-action p50 must be at
 most 1.05 x Docker's. If it is not, the comparison is measuring something other than the

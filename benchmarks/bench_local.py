@@ -2,7 +2,7 @@
 
 Why side by side: the machines are noisy, so absolute timings mean little; rtax's cost is shown
 as a difference and a ratio against a floor measured in the same run, interleaved in blocks so
-that drift hits both equally. Two figures (README.md#benchmarks):
+that drift hits both equally. Two figures (docs/benchmarks.md):
 
 1. per-action latency p50 of the local substrate through rtax (the probe runner's action samples)
    vs a bare ``subprocess.run`` of the same command in the same directory: the floor.

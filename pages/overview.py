@@ -38,7 +38,7 @@ def live() -> None:
             "Raw samples past the retention age are folded into hourly/daily rollups with "
             "quantile sketches; these percentiles merge both with the same rule as the table "
             f"above (linear interpolation): exactly the raw answer up to {EXACT_LIMIT} samples "
-            "per row, within 1% beyond (README.md#retention)."
+            "per row, within 1% beyond (docs/configuration.md#retention)."
         )
         style.table(history)
 
@@ -53,8 +53,8 @@ def spend() -> None:
         "Rollouts started and environment-minutes used (create request to verified deletion) "
         "since midnight UTC, per substrate, beside the daily budgets in the configuration. The "
         "scheduler checks the same figures before every rollout and pauses a substrate whose "
-        "budget is used up (README.md#budgets). Emulated and modelled substrates cost nothing "
-        "but are counted the same way."
+        "budget is used up (docs/configuration.md#budgets). Emulated and modelled substrates "
+        "cost nothing but are counted the same way."
     )
     style.table(table)
 

@@ -35,7 +35,7 @@ if which == projection.TOTAL:
     st.caption(
         "Worker-hours and costs are totals: N trajectories take N × mean seconds (the sum of "
         "their times). N × p50 would under-state a right-skewed distribution such as cold "
-        "starts; p50 and p95 are offered as what-ifs only (README.md#statistics)."
+        "starts; p50 and p95 are offered as what-ifs only (docs/measurement.md#statistics)."
     )
 else:
     st.warning(

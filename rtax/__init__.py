@@ -1,7 +1,7 @@
 """rtax: live, honest measurement of the rollout infrastructure tax.
 
 The library is the product; the CLI (`rtax.cli`) and the dashboard only call into it.
-See README.md#measurement-model for what every number means.
+See docs/measurement.md for what every number means.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,6 +1,6 @@
 """A batch of rollouts on one named substrate: what ``rtax probe`` does, as one library call.
 
-Why a module apart from the CLI (README.md#cli; the sqlite-utils habit): the command only maps
+Why a module apart from the CLI (docs/cli.md; the sqlite-utils habit): the command only maps
 its flags onto `probe` and turns its errors into one line, so that a script gets the same
 checks, the same wiring (`rtax.compose`) and the same records without going through argparse.
 Every rollout is stored as soon as it finishes; an interrupted batch keeps what it stored.

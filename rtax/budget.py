@@ -2,8 +2,8 @@
 
 Why a module of its own: probing a cloud costs money, so the scheduler must stop when a
 substrate's budget is used up, and the dashboard must show the same arithmetic the scheduler
-applied (README.md#budgets). Both call these pure functions over the store's `spend` figures.
-A day is a UTC day. The check happens before a rollout starts, so a day can overshoot its
+applied (docs/configuration.md#budgets). Both call these pure functions over the store's `spend`
+figures. A day is a UTC day. The check happens before a rollout starts, so a day can overshoot its
 environment-minute budget by at most one rollout (bounded by the scheduler's deadline).
 """
 

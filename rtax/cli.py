@@ -1,6 +1,6 @@
 """The `rtax` command line: thin wrappers that map flags onto library calls.
 
-Why thin (README.md#cli; the sqlite-utils habit): every command maps its flags onto one library
+Why thin (docs/cli.md; the sqlite-utils habit): every command maps its flags onto one library
 call and turns library errors into one line on stderr with exit code 2, so that scripts and the
 scheduler can rely on the library alone and the CLI adds no behaviour of its own. What a name
 stands for, and how it becomes a ready substrate, is `rtax.compose`'s alone.
@@ -77,12 +77,12 @@ def number(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command and flag; the help is short because README.md#cli is the reference."""
+    """Every command and flag; the help is short because docs/cli.md is the reference."""
     parser = _Parser(prog="rtax", description="Measure the rollout infrastructure tax.")
     parser.add_argument("--version", action="version", version=f"rtax {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     conf = _Parser(add_help=False)  # parents: one declaration of each shared flag
-    conf.add_argument("--config", type=Path, help="configuration file (README.md#configuration)")
+    conf.add_argument("--config", type=Path, help="configuration file (docs/configuration.md)")
     db = _Parser(add_help=False)
     db.add_argument("--db", type=Path, help="database (default data/rtax.db)")
     seconds = number(float, positive=True)
@@ -320,7 +320,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    """Serve the emulations in the foreground and publish where (README.md#emulations), so that
+    """Serve the emulations in the foreground and publish where (docs/emulations.md), so that
     `rtax probe --substrate KIND` uses them while this runs."""
     from rtax import emulation
     from rtax.compose import serve_emulations

@@ -1,11 +1,11 @@
 """The composition root: a substrate name becomes a ready substrate, T2's source and a store.
 
-Why one place (Locust's `Environment` habit; README.md#cli, README.md#scheduler): `rtax probe`,
-`rtax reap`, `rtax emulate` and the scheduler all turn configuration into running parts the same
-way. A name is a configuration entry or a built-in, perhaps pointed at an emulation; the
-substrate is built from it and prepared; T2 clones from rtax's own git server, listening where
-the substrate's environments reach this host; records go to one database. Wiring it once means a
-new part (a warm pool, a fan-out) is wired once.
+Why one place (Locust's `Environment` habit; docs/cli.md, docs/configuration.md#scheduler):
+`rtax probe`, `rtax reap`, `rtax emulate` and the scheduler all turn configuration into running
+parts the same way. A name is a configuration entry or a built-in, perhaps pointed at an
+emulation; the substrate is built from it and prepared; T2 clones from rtax's own git server,
+listening where the substrate's environments reach this host; records go to one database. Wiring it
+once means a new part (a warm pool, a fan-out) is wired once.
 
 Every call into the substrate protocol made outside the probe runner and the reaper is one small
 function here (`prepare`, `host_address`, `action_mode`, `declared_fidelity`), so that a change
@@ -81,7 +81,7 @@ def configured_fidelity(conf: SubstrateConfig) -> str:
     """The fidelity a row of `conf` carries when its substrate could not be built: what the
     configuration says (``emulate = true`` sets ``emulated``), else what the kind always is,
     else `UNKNOWN_FIDELITY`: never a silent ``real`` for a cloud kind whose endpoint nobody has
-    seen answer (README.md#fidelity)."""
+    seen answer (docs/measurement.md#fidelity)."""
     if conf.emulate:
         return "emulated"
     if isinstance(conf.params.get("fidelity"), str):
@@ -111,7 +111,8 @@ def open_store(db: Path | None, *, create: bool = True) -> Store:
 
 
 def ensure_fixture(log: Log | None = None) -> Fixture:
-    """The built attrs fixture, building it once if missing (README.md#the-attrs-fixture)."""
+    """The built attrs fixture, building it once if missing
+    (docs/workloads.md#the-attrs-fixture)."""
     fixture = fixtures.load()
     if fixture is None:
         if log is not None:
@@ -185,7 +186,7 @@ class Composition:
     def entry(self, name: str) -> SubstrateConfig:
         """The configuration entry `name` stands for: the configured one (parameters, ``*_env``
         credentials), else the built-in; pointed at its emulation when one serves it (its
-        samples then labelled ``emulated``, README.md#emulations)."""
+        samples then labelled ``emulated``, docs/emulations.md)."""
         if self.config is not None:
             conf = self.config.substrates.get(name)
         else:
@@ -255,7 +256,8 @@ class Composition:
     def reap_targets(self, asked: list[str] | None, note: Log) -> list[Substrate]:
         """The substrates whose leftovers `rtax reap` visits: those `asked` for (each must
         build), else every built-in name and every configured one that isn't an emulation's,
-        skipping with a `note` each those that can't be built here (README.md#reaper)."""
+        skipping with a `note` each those that can't be built here
+        (docs/substrates/docker.md#reaper)."""
         wanted = asked
         if not wanted:
             try:
@@ -376,7 +378,7 @@ class Composition:
 
 def serve_emulations(kinds: list[str], log: Log, until: Callable[[], object]) -> None:
     """``rtax emulate``: serve the emulations of `kinds` and publish where, so that names of
-    those kinds probe them (README.md#emulations), until `until` returns or raises (Ctrl-C).
+    those kinds probe them (docs/emulations.md), until `until` returns or raises (Ctrl-C).
 
     One per data folder: the publisher's lock is taken before anything starts; it is released
     first on the way out, so that no new probe picks up what is about to go."""

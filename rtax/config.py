@@ -1,6 +1,6 @@
 """The configuration file: which substrates to probe, with what, how often, kept how long.
 
-Why one TOML file (README.md#configuration): the scheduler runs for months unattended, so what it
+Why one TOML file (docs/configuration.md): the scheduler runs for months unattended, so what it
 does must be written down, reviewable, and checked before it runs: `rtax config check` reports
 every mistake as one line naming its key. Credentials never appear as values: a parameter may
 name an environment variable (``*_env``), and client libraries read their usual configuration.
@@ -63,7 +63,7 @@ class SubstrateConfig:
     max_rollouts_per_day: int | None = None
     #: environment-minutes (create request to verified deletion, summed over rollouts)
     max_env_minutes_per_day: float | None = None
-    #: probe the local emulation of this kind (README.md#emulations), never the real service
+    #: probe the local emulation of this kind (docs/emulations.md), never the real service
     emulate: bool = False
 
 

@@ -1,9 +1,9 @@
 """One rollout in a worker thread, with a wall-clock backstop and prompt cancellation.
 
-Why (README.md#scheduler): the probe runner enforces a rollout's deadline between substrate
-calls, but a call that never returns (a hung API) would hold a probe slot for ever and stop the
-monitor. So the scheduler runs each rollout in a daemon thread and, past the deadline plus a
-grace for the runner's own cleanup, records the rollout as ``deadline_exceeded`` and goes on;
+Why (docs/configuration.md#scheduler): the probe runner enforces a rollout's deadline between
+substrate calls, but a call that never returns (a hung API) would hold a probe slot for ever and
+stop the monitor. So the scheduler runs each rollout in a daemon thread and, past the deadline plus
+a grace for the runner's own cleanup, records the rollout as ``deadline_exceeded`` and goes on;
 the stuck rollout cleans up whenever it returns and is not recorded. When the scheduler stops,
 a rollout ends at its next step; one stuck in a long call is left after `STOP_GRACE_S`.
 """

@@ -11,7 +11,7 @@ distribution of a pinned attrs release (it ships the tests):
 
 Commits are made with a fixed author and date, so the commit ids are the same on every machine.
 Building is idempotent: a manifest records the recipe, and an up-to-date build is a no-op.
-See README.md#the-attrs-fixture.
+See docs/workloads.md#the-attrs-fixture.
 """
 
 from __future__ import annotations

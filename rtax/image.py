@@ -1,15 +1,16 @@
 """The runner image for Docker-backed environments, built without any container registry.
 
 Why: no registry is reachable on the machines rtax is developed and tested on, and a measurement
-tool must not depend on one anyway. So (README.md#the-runner-image):
+tool must not depend on one anyway. So (docs/substrates/docker.md#the-runner-image):
 
 1. the base is a Debian bookworm root filesystem made by ``mmdebstrap --variant=minbase`` with
-   python3, git, pytest, hypothesis and ca-certificates, imported with ``docker import``;
-2. ``rtax/images/runner.Dockerfile`` adds the preloaded attrs checkout and the AST-search tool
-   (the fixture's template). ``--base`` swaps in an official Python image where a registry exists.
+   python3, git, ca-certificates and procps, imported with ``docker import``;
+2. ``rtax/images/runner.Dockerfile`` adds the workload toolchain (docs/toolchain.md), the
+   preloaded attrs checkout and the AST-search tool (the fixture's template). ``--base`` swaps in
+   an official Python image where a registry exists.
 
-The runner image carries a ``rtax.recipe`` label (Dockerfile + fixture + base); a current image is
-not rebuilt. Its id goes into every Docker run's provenance.
+The runner image carries a ``rtax.recipe`` label (Dockerfile, fixture, base, toolchain pins and
+install script); a current image is not rebuilt. Its id goes into every Docker run's provenance.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rtax.fixtures import Fixture
 BASE_IMAGE = "rtax-base:bookworm"
 RUNNER_IMAGE = "rtax-runner:latest"
 #: The base holds the interpreter and the tools the workloads call; pytest and hypothesis come
-#: from the workload toolchain, never from Debian (README.md#the-workload-toolchain).
+#: from the workload toolchain, never from Debian (docs/toolchain.md).
 BASE_PACKAGES = (
     "python3",
     "git",

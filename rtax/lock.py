@@ -1,9 +1,10 @@
 """One scheduler per database: the lock it holds for its lifetime, and the health check that
 reads it.
 
-Why a flock (README.md#scheduler): the kernel drops it when its process dies, however it dies,
-so a crashed scheduler never blocks the next one, and "is a scheduler running on this database?"
-is a question anyone (``rtax health``, the app image's healthcheck) can ask by trying to take it.
+Why a flock (docs/configuration.md#scheduler): the kernel drops it when its process dies, however it
+dies, so a crashed scheduler never blocks the next one, and "is a scheduler running on this
+database?" is a question anyone (``rtax health``, the app image's healthcheck) can ask by trying to
+take it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class SchedulerLock:
 
 
 def health(url: str, config_path: Path | None = None) -> list[str]:
-    """What is wrong with a deployment (README.md#container): the dashboard at `url` does not
+    """What is wrong with a deployment (docs/container.md): the dashboard at `url` does not
     answer ``ok``, or no scheduler holds the lock of the configured database. Empty: healthy."""
     import urllib.request
 

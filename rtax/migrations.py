@@ -121,7 +121,7 @@ def _v3(db: sqlite_utils.Database) -> None:
 
 def _v4(db: sqlite_utils.Database) -> None:
     """Rollups: what retention keeps of raw samples it deletes (counts, sums, extremes and a
-    quantile sketch per group, time bucket and metric; README.md#retention)."""
+    quantile sketch per group, time bucket and metric; docs/configuration.md#retention)."""
     db.execute(
         "CREATE TABLE [rollups] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
         "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
@@ -134,7 +134,7 @@ def _v4(db: sqlite_utils.Database) -> None:
 
 
 def _v5(db: sqlite_utils.Database) -> None:
-    """Resolution (README.md#resolution): per phase on runs, per command on actions. Older
+    """Resolution (docs/measurement.md#resolution): per phase on runs, per command on actions. Older
     rows keep NULL: their polling (an exponential back-off) was not recorded."""
     for column in V5_RESOLUTION_COLUMNS:
         db.execute(f"ALTER TABLE [runs] ADD COLUMN [{column}] REAL")
@@ -142,7 +142,7 @@ def _v5(db: sqlite_utils.Database) -> None:
 
 
 def _v6(db: sqlite_utils.Database) -> None:
-    """The workload toolchain's digest on every run (README.md#the-workload-toolchain), so that
+    """The workload toolchain's digest on every run (docs/toolchain.md), so that
     a series whose toolchain differs from the local floor's can be told apart; older rows have
     none (unknown)."""
     db.execute("ALTER TABLE [runs] ADD COLUMN [toolchain] TEXT")

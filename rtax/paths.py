@@ -25,7 +25,7 @@ def data_dir() -> Path:
 
 
 def default_db() -> Path:
-    """The embedded default database (README.md#data); `RTAX_DB` overrides it."""
+    """The embedded default database (docs/data.md); `RTAX_DB` overrides it."""
     env = os.environ.get("RTAX_DB")
     return Path(env) if env else data_dir() / "rtax.db"
 
@@ -38,7 +38,7 @@ def fixtures_dir() -> Path:
 
 
 def toolchain_dir() -> Path:
-    """Where the local floor's workload toolchain venvs live (README.md#the-workload-toolchain).
+    """Where the local floor's workload toolchain venvs live (docs/toolchain.md).
     `RTAX_TOOLCHAIN_DIR` moves them (the app image builds one outside the data volume)."""
     env = os.environ.get("RTAX_TOOLCHAIN_DIR")
     return Path(env) if env else data_dir() / "cache" / "toolchain"

@@ -1,6 +1,6 @@
 """The probe runner: one rollout on one substrate, timed phase by phase, as a finished record.
 
-Why it is built this way (README.md#measurement-model):
+Why it is built this way (docs/measurement.md):
 
 - Phases are consecutive and timed around the substrate's own calls with one monotonic clock, so
   create + orchestration + ready + setup + actions + cleanup never exceeds the wall time. What is
@@ -9,7 +9,7 @@ Why it is built this way (README.md#measurement-model):
 - Every command is a raw sample (an action row), ready attempts and setup included.
 - Where the end of a phase or action was learned by polling, the poll gap at detection is kept
   beside it as its resolution (``<phase>_res_s``, an action's ``resolution_s``;
-  README.md#resolution): the substrate reports it through `Environment.resolution` and
+  docs/measurement.md#resolution): the substrate reports it through `Environment.resolution` and
   `CommandResult.resolution_s`, the ready retry loop is the runner's own poll.
 - A failure is classified, cleanup is still attempted and timed, and the row is kept. A rollout
   interrupted by the user (Ctrl-C) is cleaned up and then *not* recorded: half a rollout is no
@@ -67,7 +67,7 @@ class DeadlineExceeded(SubstrateError):
 class HarnessError(Exception):
     """rtax itself failed (its git daemon, its database, its own bookkeeping), not the
     substrate: kept as a row, shown apart, never counted against the substrate's success rate
-    (README.md#failure-classes)."""
+    (docs/measurement.md#failures)."""
 
     error_class = "harness_error"
 
@@ -86,8 +86,8 @@ class ProbeOptions:
     ready_timeout_s: float = 120.0
     cleanup_timeout_s: float = 120.0
     deadline_s: float = 3600.0
-    #: The fixed pause between ready attempts (README.md#resolution): short, because the pause
-    #: before the successful attempt is the ready phase's resolution; not shorter, because an
+    #: The fixed pause between ready attempts (docs/measurement.md#resolution): short, because the
+    #: pause before the successful attempt is the ready phase's resolution; not shorter, because an
     #: instantly failing attempt must not become tens of thousands of sample rows (at most
     #: ready_timeout_s / ready_interval_s of them).
     ready_interval_s: float = 0.02
@@ -226,7 +226,7 @@ class _Rollout:
             try:
                 _, problem = self.command("ready", attempts, Action("ready", READY_COMMAND))
             except (DeadlineExceeded, ReadyTimeout, Cancelled):
-                raise  # a stop is not a refusal to retry (README.md#failure-classes)
+                raise  # a stop is not a refusal to retry (docs/measurement.md#failures)
             except SubstrateError as exc:
                 # A substrate that already retried a rate limit with back-off and gave up
                 # has answered for good, as has an environment that is gone.
@@ -258,7 +258,7 @@ class _Rollout:
 
     def pause(self, seconds: float) -> None:
         """Sleep (the injected `sleep`), but wake at once when the caller cancels: a stopping
-        scheduler must not wait out a pause (README.md#scheduler)."""
+        scheduler must not wait out a pause (docs/configuration.md#scheduler)."""
         cancel = self.opt.cancel
         if cancel is None:
             self.sleep(seconds)

@@ -1,8 +1,9 @@
 """The worker-hour projection model: pure functions, checked against the study's own figures.
 
-Why a model at all (README.md#projection): fleet planners ask "what does this substrate cost me
-over a million trajectories?". The answer is worker-hours = seconds per trajectory x count / 3600,
-where seconds per trajectory comes from measurements:
+Why a model at all (docs/measurement.md#projection): fleet planners ask "what does this substrate
+cost me over a million trajectories?". The answer is
+worker-hours = seconds per trajectory x count / 3600, where seconds per trajectory comes from
+measurements:
 
 - if trajectories of exactly the requested length were measured, their statistic of the episode
   time is used directly ("measured");
@@ -10,8 +11,8 @@ where seconds per trajectory comes from measurements:
   per-length statistics is used ("fitted");
 - else the substrate lacks data for the projection, and the caller says so.
 
-Totals use the mean (README.md#statistics): N trajectories take N x mean seconds (the sum of
-their times), whatever the distribution. N x p50 under-states a right-skewed one such as cold
+Totals use the mean (docs/measurement.md#statistics): N trajectories take N x mean seconds (the sum
+of their times), whatever the distribution. N x p50 under-states a right-skewed one such as cold
 starts: samples [1, 1, 1, 10] s over 1,000 rollouts take 3,250 s, not 1,000 x p50 = 1,000 s. So
 the mean is the default everywhere a total is computed; p50 and p95 are offered only as named
 what-ifs ("what if every rollout took the p50"), never as the total.

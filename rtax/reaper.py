@@ -5,7 +5,7 @@ its environment behind, and a leaked container costs memory (or, on a cloud, mon
 environment records its owner as "host:pid". A leftover is an orphan when its owner is a process
 on this host that is gone. Owners on other hosts can't be checked from here, so their leftovers
 are reaped only when ``older_than_s`` is given and they are older than that; that age bound also
-applies to every orphan (README.md#reaper).
+applies to every orphan (docs/substrates/docker.md#reaper).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The rollout record: the one declaration of phases, run fields and action fields.
 
-Why one owner (README.md#data): the probe runner writes these fields, the store keeps them, the
+Why one owner (docs/data.md): the probe runner writes these fields, the store keeps them, the
 dashboard, statistics, retention and the CSV export read them. Declared once here (like
 pytest-benchmark's one ``fields`` tuple), a field added to `RUN_FIELDS` appears in every run row
 (`run_row` builds them all, for finished and failed rollouts alike), in the store's column
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from rtax import __version__
 
-#: The consecutive, mutually exclusive phases of a rollout (README.md#measurement-model), with
+#: The consecutive, mutually exclusive phases of a rollout (docs/measurement.md), with
 #: what each spans.
 PHASE_MEANINGS: dict[str, str] = {
     "create": "request sent → the API accepted and returned",
@@ -38,7 +38,7 @@ PHASE_MEANINGS: dict[str, str] = {
 PHASES: tuple[str, ...] = tuple(PHASE_MEANINGS)
 #: The parts of a rollout's wall time: its phases and the harness's own overhead. They add up.
 PHASE_COLUMNS: tuple[str, ...] = (*(f"{p}_s" for p in PHASES), "overhead_s")
-#: Per phase, the poll gap at which its end was detected (README.md#resolution).
+#: Per phase, the poll gap at which its end was detected (docs/measurement.md#resolution).
 RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
 #: The derived per-run metrics and the phases each one spans (so its resolution is theirs, summed).
 METRIC_PHASES: dict[str, tuple[str, ...]] = {
@@ -50,7 +50,7 @@ METRIC_COLUMNS: tuple[str, ...] = tuple(METRIC_PHASES)
 #: Per run phase, the ``phase`` of its commands' action rows (an action row's is singular).
 ACTION_PHASE: dict[str, str] = {"ready": "ready", "setup": "setup", "actions": "action"}
 #: The fidelity of a row whose substrate could not even be built and whose configuration does
-#: not say: never a silent `real` (README.md#fidelity).
+#: not say: never a silent `real` (docs/measurement.md#fidelity).
 UNKNOWN_FIDELITY = "unknown"
 #: A run's error message is cut to this many characters: a row is read, it is not a log.
 MESSAGE_CHARS = 1000
@@ -82,7 +82,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("seed", int, "seed of the trajectory's action mix"),
     Field("fidelity", str, "real, emulated, modelled or unknown", page=True),
     Field("status", str, "ok or failed", page=True),
-    Field("error_class", str, "why it failed (README.md#failure-classes); NULL if ok", page=True),
+    Field(
+        "error_class", str, "why it failed (docs/measurement.md#failures); NULL if ok", page=True
+    ),
     Field("error_message", str, f"the failure, at most {MESSAGE_CHARS} characters"),
     *(Field(f"{p}_s", float, f"{p} phase (s): {m}", page=True) for p, m in PHASE_MEANINGS.items()),
     Field("overhead_s", float, "wall time minus the phases: the harness's own cost (s)", page=True),
@@ -193,7 +195,7 @@ def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dic
 
 
 def provenance_of(substrate: Describes) -> dict[str, Any]:
-    """What produced a sample (README.md#measurement-model): host, versions, and the
+    """What produced a sample (docs/measurement.md): host, versions, and the
     substrate's own description. A substrate that can't describe itself (an unreachable
     endpoint) is noted and the rollout goes on; the rest is rtax's own, and its failure is a
     harness error (the probe runner's `run_rollout` records it so)."""
@@ -233,7 +235,7 @@ def run_row(
 ) -> dict[str, Any]:
     """The one builder of a run row: every field of `RUN_FIELDS`, None unless given.
 
-    It derives what every row derives the same way (README.md#measurement-model): the status
+    It derives what every row derives the same way (docs/measurement.md): the status
     from the error class; the end time; the phase columns; the overhead (wall time minus the
     phases, when they were timed at all); time to first command, only once a ready command
     succeeded; each phase's resolution, for setup and actions the sum over their commands'

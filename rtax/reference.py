@@ -3,7 +3,7 @@
 Why here and not in the database: these numbers were not measured by rtax; they are the study's
 own results (arXiv 2607.01415, "The Rollout Infrastructure Tax in Coding-Agent RL", 2026, and a
 companion write-up by the same authors), shown as an overlay and used to check that the
-projection model reproduces the study from its inputs (README.md#projection).
+projection model reproduces the study from its inputs (docs/measurement.md#projection).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Scenario:
     worker-hours = (per_rollout_s + per_action_s * steps) * rollouts / 3600
 
     A per-rollout figure times the count is a total only if the figure is a mean; when rtax
-    projects its own measurements it feeds this formula their mean (README.md#projection).
+    projects its own measurements it feeds this formula their mean (docs/measurement.md#projection).
     """
 
     name: str

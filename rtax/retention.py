@@ -1,7 +1,7 @@
 """Retention: fold raw samples older than the configured age into rollups that keep percentiles.
 
-Why (README.md#retention): a monitor that runs for months must stay bounded, but its users ask
-"what was the p95 last quarter?". So raw runs and actions past the age are folded, per
+Why (docs/configuration.md#retention): a monitor that runs for months must stay bounded, but its
+users ask "what was the p95 last quarter?". So raw runs and actions past the age are folded, per
 (substrate, mode, fidelity, tier, steps, hour or day), into rows that keep the number of runs,
 the successful samples' count, sum, min, max, a quantile sketch (`rtax.sketch`) and the error
 classes of the failures, for every phase and derived metric and for per-action latency; then the

@@ -1,6 +1,6 @@
 """The live prober: an APScheduler background scheduler that runs the configured probe plans.
 
-Why these choices (README.md#scheduler):
+Why these choices (docs/configuration.md#scheduler):
 
 - One job per plan, with an interval trigger and jitter, ``coalesce`` (a backlog collapses into
   one run), ``max_instances=1`` and an explicit ``misfire_grace_time`` (a run that is too late
@@ -362,7 +362,7 @@ class Prober:
 
     def save(self, record: RolloutRecord) -> None:
         """Store `record`; if the database is busy or unavailable, spool it: a record is never
-        lost to rtax's own trouble (README.md#failure-classes)."""
+        lost to rtax's own trouble (docs/measurement.md#failures)."""
         self._spool.save(record)
 
     def _save_setup_error(

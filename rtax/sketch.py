@@ -1,12 +1,12 @@
 """A mergeable quantile sketch: the raw values while there are few, log-spaced buckets beyond.
 
-Why (README.md#retention): raw samples older than the retention age are folded into hourly or
-daily rollups, and percentiles must survive the folding. A mean or a min/max can't give a p95
-back; a histogram whose bucket edges grow geometrically can, to within `ALPHA` relative error,
+Why (docs/configuration.md#retention): raw samples older than the retention age are folded into
+hourly or daily rollups, and percentiles must survive the folding. A mean or a min/max can't give a
+p95 back; a histogram whose bucket edges grow geometrically can, to within `ALPHA` relative error,
 and two of them merge by adding counts, so any window of buckets has its percentiles too (the
 idea of DDSketch, Masson et al., VLDB 2019; written here from the paper's description).
 
-One percentile rule (README.md#statistics): `quantile` reads percentiles back with the raw
+One percentile rule (docs/measurement.md#statistics): `quantile` reads percentiles back with the raw
 path's definition, `rtax.stats.percentile` (linear interpolation between the closest ranks,
 Hyndman & Fan type 7), so history and fresh data agree on the same samples:
 

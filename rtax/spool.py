@@ -1,6 +1,6 @@
 """Records the database could not take yet, kept on disk and written later.
 
-Why (README.md#failure-classes): a long-running scheduler meets a busy or unavailable database
+Why (docs/measurement.md#failures): a long-running scheduler meets a busy or unavailable database
 now and then (past sqlite's own 30 s busy wait, a full disk, a file moved away); a rollout that
 was measured must not be lost to rtax's own trouble. The spool is one JSON object a line beside
 the database, written in order before the next record and at the next start.

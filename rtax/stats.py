@@ -1,7 +1,8 @@
 """Statistics over raw samples: pure functions of DataFrames and numbers, nothing else.
 
-Why pure (README.md#statistics): the CLI, the dashboard and the tests must compute the same figure
-from the same samples, and tests feed these functions hand-made numbers. Rules kept here:
+Why pure (docs/measurement.md#statistics): the CLI, the dashboard and the tests must compute the
+same figure from the same samples, and tests feed these functions hand-made numbers. Rules kept
+here:
 
 - percentiles come from raw samples and always travel with their ``n``;
 - failed rollouts never enter latency statistics; the success rate stands beside every figure;
@@ -82,7 +83,7 @@ def successful(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["status"] == "ok"]
 
 
-#: rtax's own failures (README.md#failure-classes): kept and shown, never a substrate's.
+#: rtax's own failures (docs/measurement.md#failures): kept and shown, never a substrate's.
 HARNESS_ERROR = "harness_error"
 
 
@@ -245,7 +246,7 @@ NOT_COMPARABLE = " (toolchain ≠ floor)"
 
 
 def comparable(runs: pd.DataFrame, floor: str | None) -> pd.Series:
-    """Which runs ran the local floor's workload toolchain (README.md#the-workload-toolchain).
+    """Which runs ran the local floor's workload toolchain (docs/toolchain.md).
 
     A run whose toolchain digest differs from `floor`, or is unknown, timed other programs and
     is not comparable. With no floor measured yet there is nothing to differ from: every run

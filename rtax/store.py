@@ -1,7 +1,7 @@
 """The store: every raw sample in one SQLite file. With its migrations (rtax.migrations), the
 only module that writes SQL.
 
-Why SQLite and raw samples (README.md#data): percentiles must be computed from the samples of the
+Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
 window in view, so nothing is pre-aggregated; a single file is what an embedded default needs.
 
 - ``runs``: one row per rollout (phases, status, error class, fidelity, provenance).
@@ -190,8 +190,9 @@ class Store:
 
         Why wall time: an environment is billed from the create request until it is deleted,
         and a run's wall time spans exactly that (create through verified cleanup); a rollout
-        that never got an environment (no wall time) costs nothing. Budgets (README.md#budgets)
-        are checked against this, per substrate name, since midnight UTC."""
+        that never got an environment (no wall time) costs nothing. Budgets
+        (docs/configuration.md#budgets) are checked against this, per substrate name, since midnight
+        UTC."""
         where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
         sql = (
             "SELECT substrate, fidelity, count(*) AS rollouts, "
@@ -202,7 +203,7 @@ class Store:
 
     def floor_toolchain(self) -> str | None:
         """The toolchain digest of the newest successful real `local` run: the floor that
-        other series are comparable to (README.md#the-workload-toolchain)."""
+        other series are comparable to (docs/toolchain.md)."""
         row = self.db.execute(
             "SELECT toolchain FROM runs WHERE kind = 'local' AND fidelity = 'real' "
             "AND status = 'ok' AND toolchain IS NOT NULL ORDER BY started_at DESC LIMIT 1"

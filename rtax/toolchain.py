@@ -1,6 +1,6 @@
 """The workload toolchain: one pinned set of programs, installed the same way on every substrate.
 
-Why (README.md#the-workload-toolchain, DESIGN "Comparability"): a substrate's tax is what it adds
+Why (docs/toolchain.md, DESIGN "Comparability"): a substrate's tax is what it adds
 around *the same* commands. The first round timed the project venv's pytest (with its plugins) on
 `local` and Debian's older pytest in the runner image, so the floor looked slower than a
 container. Now:

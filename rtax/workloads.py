@@ -2,7 +2,7 @@
 
 Why commands are plain shell strings run from the environment's root: every substrate can run a
 shell command, so one workload definition measures all of them with the same work
-(README.md#workloads). The environment's root holds the preloaded ``attrs/`` checkout and
+(docs/workloads.md). The environment's root holds the preloaded ``attrs/`` checkout and
 ``tools/astsearch.py`` (from the fixture's template); T2 clones into ``repo/``.
 
 - **T0** start-up cost only: ``echo ok``.

@@ -11,7 +11,7 @@
 # Why Debian 13's runsc (0.0~20240729), one static binary taken out of its .deb: Debian 12's
 # (20221219) answers coreutils 9's statx with EINVAL, so `ls -la` and `stat` fail in the runner
 # image; it is fetched through a trixie source list of its own, so this system never upgrades.
-# Why these flags (README.md#docker):
+# Why these flags (docs/substrates/docker.md#gvisor):
 #   --platform=systrap  gVisor's default and fastest platform without KVM; it works here.
 #   --network=host      this runsc's own netstack refuses to start on kernels that show
 #                       /proc/sys/net/core/rmem_default in every network namespace ("cannot run

@@ -3,7 +3,7 @@
 A substrate's test module subclasses `SubstrateContract` and provides two fixtures:
 ``substrate`` (a ready-to-use instance) and ``repo_source`` (where T2 clones from, reachable
 from inside that substrate's environments). Everything here goes through `run_rollout`, the one
-path that produces samples, and checks the measurement model (README.md#measurement-model).
+path that produces samples, and checks the measurement model (docs/measurement.md).
 """
 
 from __future__ import annotations

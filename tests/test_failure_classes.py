@@ -1,5 +1,5 @@
-"""Whose failure is it (README.md#failures)? An unclassified exception from inside a substrate
-call is the substrate's (`substrate_error`, counted); one from rtax's own bookkeeping is a
+"""Whose failure is it (docs/measurement.md#failures)? An unclassified exception from inside a
+substrate call is the substrate's (`substrate_error`, counted); one from rtax's own bookkeeping is a
 `harness_error` (kept, never counted against the substrate)."""
 
 from __future__ import annotations

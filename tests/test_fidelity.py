@@ -1,5 +1,6 @@
-"""Fidelity that cannot lie (README.md#fidelity): every emulation says so on every response, and
-an adapter that hears it labels its samples `emulated` whatever its configuration says."""
+"""Fidelity that cannot lie (docs/measurement.md#fidelity): every emulation says so on every
+response, and an adapter that hears it labels its samples `emulated` whatever its configuration
+says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The two locks agree with pyproject.toml and with each other (README.md#dependencies).
+"""The two locks agree with pyproject.toml and with each other (docs/container.md#dependencies).
 
 Why: the app image installs requirements.txt only and `make` installs requirements-dev.txt, so
 a package pinned differently in the two would make the image run other code than the tests

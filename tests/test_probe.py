@@ -1,6 +1,6 @@
 """The probe runner against a fake substrate on a fake clock: every phase, every action latency,
 the episode, time-to-first-command and the overhead are checked against values worked out by hand
-(README.md#measurement-model).
+(docs/measurement.md).
 
 Why a fake clock: `overhead` is defined as wall time minus the phases, so "phases + overhead =
 wall" holds by construction and tests nothing. Here each substrate call advances the clock by a

@@ -1,4 +1,4 @@
-"""rtax.record is the one owner of the run and action fields (README.md#data).
+"""rtax.record is the one owner of the run and action fields (docs/data.md).
 
 The property: every field it declares is a column of a freshly migrated store, in the same
 order and type, and nothing else is; each migration adds exactly the fields that say they came

@@ -332,7 +332,7 @@ def test_v1_file_is_upgraded(db_path: Path) -> None:
 
 def test_v4_file_gains_resolution_columns_and_keeps_old_rows(db_path: Path) -> None:
     """A file written before resolution was recorded (v4): its rows keep NULL, which means
-    "not recorded", and new rows carry their resolutions (README.md#resolution)."""
+    "not recorded", and new rows carry their resolutions (docs/measurement.md#resolution)."""
     db = sqlite_utils.Database(db_path)
     for version, migration in migrations.MIGRATIONS:
         if version <= 4:

@@ -568,7 +568,7 @@ def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() ->
     ssm.assert_no_pending_responses()
 
 
-# -- resolution (README.md#resolution) --------------------------------------------------------
+# -- resolution (docs/measurement.md#resolution) ---------------------------------------------
 
 
 def test_a_command_is_recorded_within_one_poll_interval_of_its_true_latency(

@@ -223,6 +223,7 @@ def test_ready_is_the_whole_wait_back_off_included(tmp_path: Path, attrs_fixture
     assert_phases_add_up(record)  # overhead stays within 1 ms + 1% of the wall time
     attempts = [a for a in record.actions if a["phase"] == "ready"]
     assert [a["ok"] for a in attempts] == [0, 0, 0, 0, 1]
-    # four fixed pauses between the five attempts (README.md#resolution), all inside the phase
+    # four fixed pauses between the five attempts (docs/measurement.md#resolution), all inside
+    # the phase
     pauses = 4 * ProbeOptions().ready_interval_s
     assert record.run["ready_s"] >= pauses + sum(a["latency_s"] for a in attempts)

@@ -1,6 +1,6 @@
-"""The workload toolchain: one pinned set of programs on every substrate (README.md#the-workload-
-toolchain). The floor and the runner image must time the same pytest, the same hypothesis, the
-same interpreter minor version, and say so in every run's provenance."""
+"""The workload toolchain: one pinned set of programs on every substrate (docs/toolchain.md).
+The floor and the runner image must time the same pytest, the same hypothesis, the same
+interpreter minor version, and say so in every run's provenance."""
 
 from __future__ import annotations
 

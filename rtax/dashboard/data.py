@@ -1,6 +1,6 @@
 """Cached readers for the dashboard: the store's queries behind `st.cache_data` with a short TTL.
 
-Why here (README.md#dashboard): pages stay thin and never touch SQL; every reader takes plain,
+Why here (docs/dashboard.md): pages stay thin and never touch SQL; every reader takes plain,
 hashable arguments (the database path and a `Filters`' tuple form) and opens its own connection,
 since a sqlite connection must not be shared across Streamlit's session threads. The TTL keeps
 live pages live: a new probe shows within `TTL_S` seconds.

@@ -1,7 +1,7 @@
 """The filters shared by every page: time window, substrates, tiers, fidelity.
 
 Why they live in the sidebar drawn by `app.py`: widgets drawn by the entrypoint exist on every
-page, so a choice made on one page survives the move to another (README.md#dashboard).
+page, so a choice made on one page survives the move to another (docs/dashboard.md).
 """
 
 from __future__ import annotations

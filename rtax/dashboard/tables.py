@@ -1,7 +1,7 @@
 """The tables the pages show: pure functions of run frames, built on `rtax.stats`.
 
 Why separate from the pages: the numbers a user reads must be exactly what `rtax.stats` computes,
-and tests check that by calling these functions on the same data (README.md#dashboard). Every
+and tests check that by calling these functions on the same data (docs/dashboard.md). Every
 latency table carries `n` and the success rate.
 """
 
@@ -20,7 +20,7 @@ GROUP = ("series", "tier", "steps")
 #: The parts of wall time, as `stats.phase_summary` names them.
 PHASES = tuple(c.removesuffix("_s") for c in PHASE_COLUMNS)
 #: A resolution is shown beside a percentile once it exceeds this share of it
-#: (README.md#resolution); below, polling's error is lost in the number's own spread.
+#: (docs/measurement.md#resolution); below, polling's error is lost in the number's own spread.
 RESOLUTION_SHARE = 0.05
 
 
@@ -260,7 +260,11 @@ def fidelity_note(fidelities: Iterable[str]) -> str | None:
     notes = [_FIDELITY_NOTES[f] for f in ("emulated", "modelled") if f in set(fidelities)]
     if not notes:
         return None
-    return "Not real measurements of the service: " + "; ".join(notes) + " (README.md#fidelity)."
+    return (
+        "Not real measurements of the service: "
+        + "; ".join(notes)
+        + " (docs/measurement.md#fidelity)."
+    )
 
 
 def cold_start_all(runs: pd.DataFrame) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 Why: Kubernetes, EC2 and Daytona can't be reached from the machines rtax is developed and tested
 on, yet their adapters must be exercised through the real client libraries over real HTTP
-(README.md#emulations). Each emulation speaks its service's real protocol and backs every
+(docs/emulations.md). Each emulation speaks its service's real protocol and backs every
 environment it hands out with a real container of the runner image, so commands really run. Every
 sample taken through one is labelled fidelity ``emulated``: the numbers describe this machine's
 Docker engine behind an emulated API, never the cloud service itself.

@@ -1,4 +1,4 @@
-"""One fault-injection vocabulary for every emulation (README.md#emulations).
+"""One fault-injection vocabulary for every emulation (docs/emulations.md).
 
 Why: a failure path is tested by planting the failure in an emulation and checking how the
 substrate classifies it. With one vocabulary the same sentence plants the same kind of failure in

@@ -2,7 +2,7 @@
 
 Why lazy: `kubernetes`, `boto3` or `daytona` are slow to import and irrelevant to someone who only
 probes `local`; a kind's module is imported the first time that kind is asked for (the fsspec
-habit, README.md#substrates). Adding a substrate touches its own module and one line here.
+habit, docs/adding-a-substrate.md). Adding a substrate touches its own module and one line here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why a protocol and nothing more: the probe runner (`rtax.probe`) times each step of this life and
 must never know which substrate it is timing, so that "create" or "ready" means the same thing for
-a directory, a container, a pod or a VM (README.md#measurement-model). A substrate never touches
+a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
 the store and never times its own phases; it only does the work and may mark native milestones.
 
 Life of one environment::
@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 #: only for UTC timestamps, never for durations.
 clock = time.perf_counter
 
-#: How trustworthy a sample is (README.md#fidelity).
+#: How trustworthy a sample is (docs/measurement.md#fidelity).
 FIDELITIES = ("real", "emulated", "modelled")
 
 #: The label every rtax-made environment carries, so that leftovers can be found after a crash.
@@ -49,7 +49,7 @@ class CommandResult:
     stderr_bytes: int | None = None
     #: When the substrate learned that the command finished by polling (SSM's
     #: GetCommandInvocation), the poll gap at detection (`rtax.substrates.poll`); None when the
-    #: answer came with the call itself (README.md#resolution).
+    #: answer came with the call itself (docs/measurement.md#resolution).
     resolution_s: float | None = None
 
 
@@ -71,7 +71,7 @@ class Environment:
     milestones: list[Milestone] = field(default_factory=list)
     #: Per phase ("orchestration", "cleanup", ...): the poll gap at which the substrate detected
     #: the phase's end (`rtax.substrates.poll`), summed when a phase ends after several polled
-    #: events. A phase the substrate did not poll for has no entry (README.md#resolution).
+    #: events. A phase the substrate did not poll for has no entry (docs/measurement.md#resolution).
     resolution: dict[str, float] = field(default_factory=dict)
 
     def mark(self, name: str) -> None:

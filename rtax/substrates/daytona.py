@@ -1,8 +1,8 @@
 """The `daytona` substrate: one Daytona sandbox per rollout, through the `daytona` SDK.
 
-Why these choices (README.md#daytona):
+Why these choices (docs/substrates/daytona.md):
 
-- Phases keep their one meaning (README.md#measurement-model): create = ``POST /sandbox``
+- Phases keep their one meaning (docs/measurement.md): create = ``POST /sandbox``
   answered (the SDK's generated ``create_sandbox``, *not* ``Daytona.create``, which would also
   wait for the start and fold orchestration into create); orchestration = until the sandbox
   reports ``started``, through the SDK's own ``Sandbox.wait_for_sandbox_start``, which resolves
@@ -80,10 +80,10 @@ from rtax.substrates.poll import poll
 MODES = ("exec", "session")
 _TIMEOUT_EXITS = (124, 137)
 _KILL_GRACE_S = 1.0
-#: Deletion is verified by polling ``GET /sandbox/{id}`` every 50 ms (README.md#resolution).
-#: Daytona's documented limit for authenticated reads such as this is tens of thousands of
-#: requests a minute (tier-dependent), so 20 a second per rollout in cleanup is well inside it,
-#: and a 50 ms resolution is small beside a deletion.
+#: Deletion is verified by polling ``GET /sandbox/{id}`` every 50 ms
+#: (docs/measurement.md#resolution). Daytona's documented limit for authenticated reads such as this
+#: is tens of thousands of requests a minute (tier-dependent), so 20 a second per rollout in cleanup
+#: is well inside it, and a 50 ms resolution is small beside a deletion.
 POLL_INTERVAL_S = 0.05
 #: States in which a sandbox can no longer run commands.
 _DEAD_STATES = ("error", "build_failed", "destroyed", "destroying", "stopped", "stopping",

@@ -1,6 +1,6 @@
 """The `docker` substrate: one container per rollout, through the Docker Engine API.
 
-Why these choices (README.md#docker):
+Why these choices (docs/substrates/docker.md):
 
 - The low-level `docker.APIClient` is used, one HTTP call per step, so that a phase is the engine's
   time and not the SDK's extra inspections: create = ``POST /containers/create``; orchestration =
@@ -55,8 +55,8 @@ _TIMEOUT_EXIT = 124
 _KILL_GRACE_S = 1.0
 #: The engine is a local socket with no rate limit and an inspect costs about a millisecond of
 #: its time, so state is polled every 10 ms: a resolution well under 5 % of a container start
-#: (README.md#resolution). Both polls usually succeed at once (start and forced removal mostly
-#: finish before they answer), and then the resolution is 0.
+#: (docs/measurement.md#resolution). Both polls usually succeed at once (start and forced removal
+#: mostly finish before they answer), and then the resolution is 0.
 POLL_INTERVAL_S = 0.01
 
 
@@ -403,9 +403,9 @@ class DockerSubstrate:
         }
 
     def toolchain_fingerprint(self, image_id: str | None = None) -> dict[str, Any] | None:
-        """The image's workload toolchain, as its ``python3`` reports it (README.md#the-workload-
-        toolchain). Asked once per engine and image id, in a throw-away container, outside any
-        timed phase (provenance is taken before a rollout's clock starts)."""
+        """The image's workload toolchain, as its ``python3`` reports it (docs/toolchain.md).
+        Asked once per engine and image id, in a throw-away container, outside any timed phase
+        (provenance is taken before a rollout's clock starts)."""
         if image_id is None:
             try:
                 image_id = self.api.inspect_image(self.image)["Id"]

@@ -1,9 +1,9 @@
 """A persistent shell inside a container: the "low-latency action API" of session mode.
 
 Why: one Docker exec per action costs an exec create, start and inspect each time; an agent
-harness that keeps one shell open per container pays that once (README.md#action-modes). The shell
-is ``bash`` with job control on (``set -m``), started by one exec with stdin attached; each
-command is sent with framing:
+harness that keeps one shell open per container pays that once
+(docs/substrates/docker.md#action-modes). The shell is ``bash`` with job control on (``set -m``),
+started by one exec with stdin attached; each command is sent with framing:
 
     ( eval '<command>' ) </dev/null & p=$!; echo $p > PIDFILE; wait $p; rc=$?
     while kill -0 -$p; do sleep 0.01; done          # until its whole process group is gone

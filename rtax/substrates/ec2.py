@@ -1,6 +1,6 @@
 """The `ec2` substrate: one EC2 instance per rollout, commands through SSM Run Command.
 
-Why these choices (README.md#ec2):
+Why these choices (docs/substrates/ec2.md):
 
 - Only the AWS API endpoints are ever contacted (EC2 and SSM, through `boto3`): commands travel
   through SSM ``SendCommand`` (document ``AWS-RunShellScript``) and ``GetCommandInvocation``, never
@@ -14,7 +14,7 @@ Why these choices (README.md#ec2):
 - An action is one ``SendCommand``, then ``GetCommandInvocation`` polled every
   `poll_interval_s` (fixed, 40 ms by default) with a deadline; instance and agent state every
   `state_poll_interval_s` (250 ms). The poll gap at detection is reported as the resolution of
-  the action or phase (`rtax.substrates.poll`, README.md#resolution), never hidden in it.
+  the action or phase (`rtax.substrates.poll`, docs/measurement.md#resolution), never hidden in it.
   Exit codes are SSM's ``ResponseCode``; stdout and stderr are kept apart. SSM keeps only the
   first 24,000 characters of stdout and 8,000 of stderr; the rest is lost (it would need an S3
   bucket). The SSM agent appends ``failed to run commands: exit status N`` to stderr of a
@@ -202,8 +202,8 @@ class Ec2Substrate:
         self.throttle_attempts = throttle_attempts
         self.throttle_backoff_s = throttle_backoff_s
         self.throttle_deadline_s = throttle_deadline_s
-        # Fixed poll intervals (README.md#resolution). EC2 throttles each API per account and
-        # region with a token bucket; its documented non-mutating bucket (DescribeInstances'
+        # Fixed poll intervals (docs/measurement.md#resolution). EC2 throttles each API per account
+        # and region with a token bucket; its documented non-mutating bucket (DescribeInstances'
         # kind) refills at 20 requests/s, so one rollout polling instance state every 250 ms
         # (4/s) leaves room for a few concurrent rollouts, and instance state changes take
         # seconds on a real account (250 ms stays under 5 % of them). SSM throttles per API,

@@ -1,7 +1,7 @@
 """How an adapter learns that it talks to one of rtax's own emulations, whatever it was told.
 
-Why (README.md#fidelity): a sample's fidelity must not depend on the configuration being right.
-An ``ec2`` or ``daytona`` entry whose endpoint happens to be an emulation, without
+Why (docs/measurement.md#fidelity): a sample's fidelity must not depend on the configuration being
+right. An ``ec2`` or ``daytona`` entry whose endpoint happens to be an emulation, without
 ``emulate = true``, would otherwise be stored as ``real``. So every emulation
 (`rtax.emulation`) stamps every HTTP response with `EMULATION_HEADER`, and every cloud adapter
 watches the responses its client library receives: once one carries the header, the adapter's

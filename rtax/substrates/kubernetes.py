@@ -1,6 +1,6 @@
 """The `kubernetes` substrate: one Pod per rollout, through the official Kubernetes client.
 
-Why these choices (README.md#kubernetes):
+Why these choices (docs/substrates/kubernetes.md):
 
 - One ``POST`` of a Pod is the create phase; orchestration is Pending -> Running as a *watch*
   started from the resourceVersion the create returned reports it, so no transition is missed

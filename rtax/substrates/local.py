@@ -2,7 +2,7 @@
 
 Why it exists: it is the embedded default (no engine, no account) and the floor that every other
 substrate is compared to: whatever a container or a VM adds on top of "a directory and a shell"
-is that substrate's tax. Phases (README.md#measurement-model): create = copy the preloaded template
+is that substrate's tax. Phases (docs/measurement.md): create = copy the preloaded template
 into a new directory; orchestration = nothing to wait for; ready = the first `true`.
 
 A floor must run the same programs as what stands on it: commands see the workload toolchain

@@ -1,7 +1,7 @@
 """Learning of an event by polling: a fixed interval, a deadline, and a disclosed resolution.
 
-Why one helper (README.md#resolution): when rtax learns of an event (a container running, a
-command finished, an instance terminated) by asking again and again, the moment it records is
+Why one helper (docs/measurement.md#resolution): when rtax learns of an event (a container running,
+a command finished, an instance terminated) by asking again and again, the moment it records is
 the moment of the *check* that saw it, not of the event. The event happened somewhere between
 the previous check, which did not see it, and this one. An exponential back-off makes that gap
 grow with the wait (a 0.31 s SSM command was recorded as ~0.62 s), so every poll loop uses this

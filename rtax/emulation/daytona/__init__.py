@@ -2,7 +2,7 @@
 
 Why: the `daytona` substrate must be exercised through the real `daytona` SDK over real HTTP and
 a real socket.io connection, but a Daytona account can't be reached from where rtax is tested
-(README.md#emulations). This emulation serves exactly what SDK 0.226 sends:
+(docs/emulations.md). This emulation serves exactly what SDK 0.226 sends:
 
 - **API** (``{base}/api``, ``Authorization: Bearer <key>``): ``POST /sandbox`` (labels,
   snapshot or buildInfo, autoStop/autoDelete intervals), ``GET /sandbox/{idOrName}``,

@@ -1,6 +1,6 @@
 """The sandboxes: their API records, their states and events, and the containers behind them.
 
-Why (README.md#emulations): every sandbox is a real container of the runner image made by a
+Why (docs/emulations.md): every sandbox is a real container of the runner image made by a
 `DockerSubstrate` named ``daytona-emulation`` (so the reaper finds a dead process's orphans);
 states move creating -> started (after the container runs) and destroying -> destroyed (after it
 is removed), with an event on each transition, which is what the SDK waits on. Provisioning and

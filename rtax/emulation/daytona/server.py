@@ -1,6 +1,6 @@
 """`DaytonaEmulation`: the routes, the socket.io gateway, where faults are matched; start, stop.
 
-Why (README.md#emulations): this is the one object a test or ``rtax emulate`` holds. It serves
+Why (docs/emulations.md): this is the one object a test or ``rtax emulate`` holds. It serves
 the API and the toolbox over HTTP (Starlette + uvicorn) and the notification gateway over
 socket.io, checks the bearer token, answers the faults a test plants in ``faults``
 (`rtax.emulation.faults`) in the API's error envelope, and leaves the sandboxes to `sandboxes`

@@ -1,6 +1,6 @@
 """The toolbox (the daemon in every sandbox): process execute, sessions and their commands.
 
-Why (README.md#emulations): the SDK runs a rollout's commands here, so they must behave as the
+Why (docs/emulations.md): the SDK runs a rollout's commands here, so they must behave as the
 daemon's do. ``POST /process/execute``: the command split by the daemon's own quote-aware
 splitter (`parse_command`), run without a shell, stdout and stderr combined into ``result``,
 killed at ``timeout`` seconds with HTTP 408. Sessions: create, get, list, delete, ``exec``

@@ -1,6 +1,6 @@
 """EC2 + SSM on loopback: moto's EC2 state machine, rtax's SSM Run Command, real containers.
 
-Why this shape (README.md#emulations): the `ec2` substrate must be exercised through the real
+Why this shape (docs/emulations.md): the `ec2` substrate must be exercised through the real
 `boto3` clients over real HTTP, and its T2 workload needs commands that really run (a clone, a
 failing test, a patch, a passing test). moto's server models EC2 well but its SSM does not run
 commands. So one front server on 127.0.0.1 is the ``endpoint_url`` of both clients, and:

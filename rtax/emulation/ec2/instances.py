@@ -1,6 +1,6 @@
 """The containers behind the emulated instances, and their SSM agents.
 
-Why (README.md#emulations): a rollout's commands must really run. Every instance RunInstances
+Why (docs/emulations.md): a rollout's commands must really run. Every instance RunInstances
 launches gets a container of the runner image (through `DockerSubstrate` named
 ``ec2-emulation``, labelled rtax with this process as owner, so the reaper finds the orphans of
 a dead one), created in the background; its "SSM agent" is online only once the container runs,

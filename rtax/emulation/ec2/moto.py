@@ -1,6 +1,6 @@
 """moto's server on loopback: the EC2 object store (instances, tags, attributes, filters).
 
-Why (README.md#emulations): moto models EC2's state machine well, so the emulation does not: every
+Why (docs/emulations.md): moto models EC2's state machine well, so the emulation does not: every
 EC2 request is forwarded to a real moto server unmodified and its answer passed back. moto has
 no boot time: an instance is ``running`` as soon as RunInstances returns, so the emulated
 orchestration phase is one API round trip. moto keeps its state per process, so one EC2

@@ -1,6 +1,6 @@
 """`Ec2Emulation`: the front server both clients talk to, where faults are matched; start, stop.
 
-Why (README.md#emulations): one server on 127.0.0.1 is the ``endpoint_url`` of both boto3
+Why (docs/emulations.md): one server on 127.0.0.1 is the ``endpoint_url`` of both boto3
 clients. It serves SSM targets itself (`ssm`), forwards every other request unmodified to moto
 (`moto`), watches RunInstances and TerminateInstances go by to make and remove the instances'
 containers (`instances`), and answers the faults a test plants in ``faults``
@@ -105,7 +105,7 @@ class Ec2Emulation(LoopbackServer):
         """Per command sent to `instance_id`, in order, on this process's `clock`: when the
         service accepted it, when it ended, and when a GetCommandInvocation first reported
         the outcome. The service's own view, against which tests check rtax's polled figures
-        (README.md#resolution)."""
+        (docs/measurement.md#resolution)."""
         return self.ssm.timings(instance_id)
 
     # -- one request ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """SSM Run Command, served by rtax itself, on the instances' containers.
 
-Why (README.md#emulations): moto's SSM does not run commands, and the T2 workload needs
+Why (docs/emulations.md): moto's SSM does not run commands, and the T2 workload needs
 commands that really run. ``SendCommand``, ``GetCommandInvocation``,
 ``DescribeInstanceInformation`` and ``CancelCommand`` (JSON 1.1, ``X-Amz-Target:
 AmazonSSM.*``): ``AWS-RunShellScript`` commands run in the container that backs the instance,
@@ -9,7 +9,7 @@ stdout and stderr apart and cut to SSM's limits, the agent's ``failed to run com
 status N`` line on stderr of a failed command, and ``executionTimeout`` enforced by killing the
 command. Each invocation also keeps, on this process's `clock`, when it was accepted, ended and
 first reported: the service's own view, against which tests check rtax's polled figures
-(README.md#resolution).
+(docs/measurement.md#resolution).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Kubernetes API server on loopback whose pods are real Docker containers.
 
-Why (README.md#emulations): the `kubernetes` substrate must be exercised through the official
+Why (docs/emulations.md): the `kubernetes` substrate must be exercised through the official
 client over the real protocol, and its commands must really run. This server speaks the parts of
 the core/v1 API that a rollout uses, as the real API server and kubelet answer them:
 

@@ -1,6 +1,6 @@
 """Exec over WebSocket: the channel protocol the client speaks to run a command in a pod.
 
-Why (README.md#emulations): the `kubernetes` substrate runs every command through the official
+Why (docs/emulations.md): the `kubernetes` substrate runs every command through the official
 client's ``stream`` over the API server's WebSocket, and reads the exit code where a real server
 puts it. Subprotocols ``v5.channel.k8s.io`` and ``v4.channel.k8s.io`` (the first one the client
 offers wins, as in the API server): stdout on channel 1, stderr on channel 2, and on channel 3

@@ -1,6 +1,6 @@
 """The scheduler and kubelet of the emulated node: each pod's life on a real Docker container.
 
-Why (README.md#emulations): a rollout's commands must really run, and the client must see a pod
+Why (docs/emulations.md): a rollout's commands must really run, and the client must see a pod
 go through the phases, conditions, container statuses and events a real node reports (Pending ->
 scheduled, image checked, container created, started -> Running; ``ErrImagePull`` then
 ``ImagePullBackOff`` for an image the Docker engine lacks). The work runs on a thread pool, apart

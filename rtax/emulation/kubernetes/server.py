@@ -1,6 +1,6 @@
 """`KubernetesEmulation`: the API server's routes, where faults are matched, start and stop.
 
-Why (README.md#emulations): this is the one object a test or ``rtax emulate`` holds. It answers
+Why (docs/emulations.md): this is the one object a test or ``rtax emulate`` holds. It answers
 the core/v1 requests a rollout makes (version, pods: create, get, list, watch, delete; events:
 list, watch; exec) as the real API server does, using `api` for the rules, `store` for the
 objects and watches, `kubelet` for the pods' containers and `exec` for the exec channel; and it

@@ -1,6 +1,6 @@
 """The API server's storage: pods and events, one resourceVersion counter, and watches.
 
-Why (README.md#emulations): the client's watch-based waiting is only exercised if a watch
+Why (docs/emulations.md): the client's watch-based waiting is only exercised if a watch
 behaves as on a real cluster: resumable from a ``resourceVersion`` out of a bounded history,
 ``410 Gone`` once that is compacted away, and synthetic ``ADDED`` events for the current state
 when it starts from now. The kubelet (threads) and the routes (the server's loop) both write here.
