@@ -15,7 +15,7 @@ import pytest
 from contract import SubstrateContract, assert_phases_add_up
 from rtax import workloads
 from rtax.fixtures import Fixture
-from rtax.probe import run_rollout
+from rtax.probe import ProbeOptions, run_rollout
 from rtax.store import Store
 from rtax.substrates import get_substrate
 from rtax.substrates.base import CommandResult, Environment, Substrate
@@ -223,5 +223,6 @@ def test_ready_is_the_whole_wait_back_off_included(tmp_path: Path, attrs_fixture
     assert_phases_add_up(record)  # overhead stays within 1 ms + 1% of the wall time
     attempts = [a for a in record.actions if a["phase"] == "ready"]
     assert [a["ok"] for a in attempts] == [0, 0, 0, 0, 1]
-    # back-off of 10, 20, 40, 80 ms between the five attempts, all inside the phase
-    assert record.run["ready_s"] >= 0.15 + sum(a["latency_s"] for a in attempts)
+    # four pauses of the fixed ready interval between the five attempts, all inside the phase
+    pauses = 4 * ProbeOptions().ready_interval_s
+    assert record.run["ready_s"] >= pauses + sum(a["latency_s"] for a in attempts)
