@@ -20,6 +20,7 @@ The runner knows nothing about any one substrate: it only calls the `Substrate` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import socket
@@ -361,6 +362,10 @@ class _Rollout:
         milestones = []
         if self.env is not None:
             milestones = [{"name": m.name, "t_s": m.t - self.t0} for m in self.env.milestones]
+        if self.env is not None and self.env.rate_limit_waits:
+            # what rate limiting cost this sample (the policy is in the substrate's describe)
+            waits = [dataclasses.asdict(w) for w in self.env.rate_limit_waits]
+            provenance = {**provenance, "rate_limit_waits": waits}
         describe = provenance.get("substrate", {})
         run = {
             "run_id": self.run_id,

@@ -61,18 +61,37 @@ class Milestone:
     t: float
 
 
+@dataclass(frozen=True)
+class RateLimitWait:
+    """One pause a substrate made because the service asked it to slow down (HTTP 429 or a
+    throttling code), kept so that a sample slowed by rate limiting says so in its provenance
+    (`rtax.substrates.kit.RetryPolicy`)."""
+
+    #: the call that was refused ("pod create", "RunInstances", ...)
+    call: str
+    #: the attempt that was refused (1 = the first)
+    attempt: int
+    #: how long the substrate waited before the next attempt
+    wait_s: float
+    #: what the service's Retry-After asked for, when it sent one
+    retry_after_s: float | None = None
+
+
 @dataclass
 class Environment:
-    """A handle on one live environment. `handle` is private to the substrate that made it."""
+    """A handle on one live environment. `handle` is private to the substrate that made it;
+    None for an environment found by its label (`Leftover`), which `destroy` must accept too."""
 
     env_id: str
-    run_id: str
+    run_id: str | None
     handle: Any = None
     milestones: list[Milestone] = field(default_factory=list)
     #: Per phase ("orchestration", "cleanup", ...): the poll gap at which the substrate detected
     #: the phase's end (`rtax.substrates.poll`), summed when a phase ends after several polled
     #: events. A phase the substrate did not poll for has no entry (README.md#resolution).
     resolution: dict[str, float] = field(default_factory=dict)
+    #: Rate-limit waits in this environment's calls, in order (none: never rate limited).
+    rate_limit_waits: list[RateLimitWait] = field(default_factory=list)
 
     def mark(self, name: str) -> None:
         """Record a native milestone now; it explains phases, it never replaces them."""
@@ -83,17 +102,16 @@ class Environment:
         self.resolution[phase] = self.resolution.get(phase, 0.0) + resolution_s
 
 
-@dataclass(frozen=True)
-class Leftover:
-    """An environment that carries the rtax label and still exists.
+@dataclass
+class Leftover(Environment):
+    """An environment that carries the rtax label and still exists, found by that label.
 
-    `owner` is "host:pid" of the process that created it, so that the reaper can tell a
-    crashed run's orphan from an environment that a live run still uses.
+    It is an `Environment` (with no handle) so that removing one is `destroy`, the same path
+    as a rollout's own cleanup. `owner` is "host:pid" of the process that created it, so that
+    the reaper can tell a crashed run's orphan from an environment that a live run still uses.
     """
 
-    env_id: str
-    run_id: str | None
-    created_at: str | None
+    created_at: str | None = None
     owner: str | None = None
     detail: str = ""
 
