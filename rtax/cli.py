@@ -27,7 +27,7 @@ from rtax.probe import ProbeOptions, RolloutRecord, run_rollout
 from rtax.store import Store, StoreError
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates import names as builtin_names
-from rtax.substrates.base import Substrate, SubstrateError
+from rtax.substrates.base import Substrate, SubstrateError, require_host_address
 from rtax.toolchain import ToolchainError
 from rtax.workloads import RepoSource, WorkloadError
 
@@ -383,7 +383,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     log = _logger(args.quiet)
     try:
         substrate.prepare(log)
-        host = substrate.host_address() if args.tier == "T2" else "127.0.0.1"
+        host = require_host_address(substrate) if args.tier == "T2" else "127.0.0.1"
     except SubstrateError as exc:
         raise UsageError(f"substrate {substrate.name} is not usable: {exc}") from exc
     store = _open_store(args.db, create=True)

@@ -373,7 +373,7 @@ class _Rollout:
             "ended_at": _utcnow(),
             "substrate": self.sub.name,
             "kind": self.sub.kind,
-            "mode": getattr(self.sub, "mode", "exec"),
+            "mode": self.sub.mode,
             "tier": self.workload.tier,
             "steps": self.workload.steps,
             "seed": self.workload.seed,
@@ -442,7 +442,7 @@ def run_rollout(
             return failed_record(
                 substrate.name,
                 substrate.kind,
-                getattr(substrate, "mode", "exec"),
+                substrate.mode,
                 workload,
                 run_id,
                 datetime.now(UTC),

@@ -48,7 +48,7 @@ from rtax.probe import (
 )
 from rtax.store import Store, StoreError
 from rtax.substrates import substrate_class
-from rtax.substrates.base import Substrate
+from rtax.substrates.base import Substrate, require_host_address
 from rtax.workloads import RepoSource
 
 log = logging.getLogger("rtax.scheduler")
@@ -541,7 +541,7 @@ class Prober:
     def _source(self, substrate: Substrate) -> RepoSource:
         """T2's repository over git://, served once per address the substrates reach."""
         assert self.fixture is not None
-        host = substrate.host_address()
+        host = require_host_address(substrate)
         with self._servers_lock:
             server = self.servers.get(host)
             if server is None:
@@ -606,7 +606,7 @@ class Prober:
         return failed_record(
             substrate.name,
             substrate.kind,
-            getattr(substrate, "mode", "exec"),
+            substrate.mode,
             workload,
             run_id,
             started,

@@ -47,6 +47,7 @@ class FakeSubstrate:
     kind = "fake"
     fidelity = "real"
     mode = "exec"
+    host_address = "127.0.0.1"
 
     def __init__(self, clock: FakeClock, durations: dict[str, float], commands: dict[str, Any]):
         self.name = "fake"
@@ -83,17 +84,14 @@ class FakeSubstrate:
     def leftovers(self) -> list[Leftover]:
         return []
 
-    def remove_leftover(self, leftover: Leftover) -> None:  # pragma: no cover - not called
-        pass
-
-    def host_address(self) -> str:
-        return "127.0.0.1"
-
     def prepare(self, log: Any) -> None:
         pass
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "endpoint": "fake://"}
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)

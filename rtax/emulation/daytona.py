@@ -263,7 +263,7 @@ class DaytonaEmulation(LoopbackServer):
         if self._backing is not None:
             for leftover in self._backing.leftovers():
                 if leftover.env_id in self._made:
-                    self._backing.remove_leftover(leftover)
+                    self._backing.destroy(leftover, 60)
         self.sandboxes.clear()
         self._started = False
 
@@ -276,7 +276,7 @@ class DaytonaEmulation(LoopbackServer):
             "target": "emulated",
             "snapshot": next(iter(self.snapshots)),
             "fidelity": "emulated",
-            "host_address": DockerSubstrate().host_address(),
+            "host_address": DockerSubstrate().host_address,
         }
 
     # -- the ASGI application ----------------------------------------------------------------

@@ -194,7 +194,7 @@ class Ec2Emulation(LoopbackServer):
                 self.backing.destroy(env, 60)
         for leftover in self.backing.leftovers():  # anything a racing launch made
             if leftover.env_id in self._made:
-                self.backing.remove_leftover(leftover)
+                self.backing.destroy(leftover, 60)
         self._made.clear()
 
     def substrate_params(self) -> dict[str, Any]:
@@ -203,7 +203,7 @@ class Ec2Emulation(LoopbackServer):
             "region": self.region,
             "ami": self.ami,
             "instance_profile": INSTANCE_PROFILE,
-            "host_address": self.backing.host_address(),
+            "host_address": self.backing.host_address,
             "fidelity": "emulated",
         }
 

@@ -27,6 +27,7 @@ import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import cached_property
 from importlib import metadata
 from typing import Any
 
@@ -82,6 +83,7 @@ class DockerSubstrate:
         network: str = "bridge",
         mode: str = "exec",
         base_url: str | None = None,
+        host_address: str | None = None,
         api_timeout_s: float = 3600.0,
         create_timeout_s: float = 120.0,
     ) -> None:
@@ -95,6 +97,8 @@ class DockerSubstrate:
         self.network = network
         self.mode = mode
         self.base_url = base_url
+        if host_address is not None:
+            self.host_address = host_address  # configured: the gateway is not asked
         docker = _docker()
         kwargs: dict[str, Any] = {"timeout": api_timeout_s, "version": "auto"}
         if base_url:
@@ -106,6 +110,30 @@ class DockerSubstrate:
         self.create_timeout_s = create_timeout_s
         self._engine_info: dict[str, Any] | None = None
         self._runtime_provenance: dict[str, Any] | None = None
+
+    @cached_property
+    def host_address(self) -> str:
+        """Where a container reaches this host: the network's gateway (or loopback on host),
+        asked once.
+
+        The default bridge often lists no gateway in its IPAM config; then the bridge
+        interface's own address is the gateway, and failing that Docker's convention, the
+        subnet's first host address.
+        """
+        if self.network == "host":
+            return "127.0.0.1"
+        info = self.api.inspect_network(self.network)
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        for config in configs:
+            if config.get("Gateway"):
+                return config["Gateway"].split("/")[0]
+        bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name")
+        if bridge and (address := _interface_ipv4(bridge)):
+            return address
+        for config in configs:
+            if config.get("Subnet") and ":" not in config["Subnet"]:
+                return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+        raise ExecError(f"network {self.network} has no gateway address")
 
     # -- life of one environment ------------------------------------------------------------
 
@@ -314,12 +342,6 @@ class DockerSubstrate:
         finally:
             self.api.timeout = previous
 
-    def remove_leftover(self, leftover: Leftover) -> None:
-        """Force-remove a leftover container (the reaper's backstop for crashed runs)."""
-        errors = _docker().errors
-        with contextlib.suppress(errors.NotFound):
-            self.api.remove_container(leftover.env_id, force=True)
-
     def prepare(self, log: Callable[[str], None]) -> None:
         """Build the runner image when it is the one configured and it is missing or stale."""
         if self.image == RUNNER_IMAGE:
@@ -333,27 +355,9 @@ class DockerSubstrate:
             except _docker().errors.ImageNotFound:
                 raise CreateFailed(f"image {self.image} is not on this engine") from None
 
-    def host_address(self) -> str:
-        """Where a container reaches this host: the network's gateway (or loopback on host).
-
-        The default bridge often lists no gateway in its IPAM config; then the bridge
-        interface's own address is the gateway, and failing that Docker's convention, the
-        subnet's first host address.
-        """
-        if self.network == "host":
-            return "127.0.0.1"
-        info = self.api.inspect_network(self.network)
-        configs = (info.get("IPAM") or {}).get("Config") or []
-        for config in configs:
-            if config.get("Gateway"):
-                return config["Gateway"].split("/")[0]
-        bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name")
-        if bridge and (address := _interface_ipv4(bridge)):
-            return address
-        for config in configs:
-            if config.get("Subnet") and ":" not in config["Subnet"]:
-                return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
-        raise ExecError(f"network {self.network} has no gateway address")
+    def close(self) -> None:
+        """Close the engine client's connection pool."""
+        self.api.close()
 
     def _info(self) -> dict[str, Any]:
         """The engine's `docker info`, asked once per substrate (it names runtimes and defaults,

@@ -50,6 +50,9 @@ class LocalSubstrate:
 
     kind = "local"
     fidelity = "real"
+    mode = "exec"
+    #: environments are on this host
+    host_address = "127.0.0.1"
 
     def __init__(
         self,
@@ -166,9 +169,16 @@ class LocalSubstrate:
         )
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
-        workdir = env.handle["path"]
-        for group in env.handle["groups"]:
-            _kill_group(group)  # background processes a command left behind
+        if env.handle is None:  # found by its label: remove only what is surely ours
+            workdir = Path(env.env_id)
+            if workdir.parent != self.root or not (workdir / LABEL_FILE).is_file():
+                if not workdir.exists():
+                    return
+                raise CleanupFailed(f"{workdir} is not an rtax environment under {self.root}")
+        else:
+            workdir = env.handle["path"]
+            for group in env.handle["groups"]:
+                _kill_group(group)  # background processes a command left behind
         try:
             shutil.rmtree(workdir)
         except FileNotFoundError:
@@ -199,14 +209,6 @@ class LocalSubstrate:
             )
         return found
 
-    def remove_leftover(self, leftover: Leftover) -> None:
-        path = Path(leftover.env_id)
-        if path.parent == self.root and (path / LABEL_FILE).is_file():
-            shutil.rmtree(path, ignore_errors=True)
-
-    def host_address(self) -> str:
-        return "127.0.0.1"
-
     def prepare(self, log: Callable[[str], None]) -> None:
         if not self.template.is_dir():
             log(f"note: no template at {self.template}; environments start empty")
@@ -218,6 +220,9 @@ class LocalSubstrate:
         if self._fingerprint is None:
             self._fingerprint = toolchain.fingerprint("python3", env=self.command_env())
         return self._fingerprint
+
+    def close(self) -> None:
+        """Nothing to release: every command's process ends with its call."""
 
     def describe(self) -> dict[str, Any]:
         return {
