@@ -152,7 +152,7 @@ def _fake_runsc(argv: list[str]) -> str | None:
 
 
 def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
-    from rtax.substrates.docker import runtime_provenance
+    from rtax.substrates.docker_engine import runtime_provenance
 
     assert runtime_provenance(_INFO, "runsc", _fake_runsc) == {
         "name": "runsc",
@@ -170,7 +170,7 @@ def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
 
 
 def test_runtime_provenance_of_runc_and_unknown_runtimes() -> None:
-    from rtax.substrates.docker import runtime_provenance
+    from rtax.substrates.docker_engine import runtime_provenance
 
     def never(argv: list[str]) -> str | None:
         raise AssertionError(f"runc is not asked anything: {argv}")

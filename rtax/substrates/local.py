@@ -21,13 +21,12 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rtax import paths, toolchain
+from rtax.substrates import kit
 from rtax.substrates.base import (
-    LABEL,
     CleanupFailed,
     CommandResult,
     CommandTimeout,
@@ -95,12 +94,7 @@ class LocalSubstrate:
 
     def create(self, run_id: str) -> Environment:
         workdir = self.root / f"rtax-{run_id}"
-        label = {
-            "label": LABEL,
-            "run_id": run_id,
-            "created_at": datetime.now(UTC).isoformat(),
-            "owner": f"{socket.gethostname()}:{os.getpid()}",
-        }
+        label = kit.labels(run_id, self.name)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             # The label goes in first, so that a copy interrupted half-way is still a leftover
@@ -194,19 +188,14 @@ class LocalSubstrate:
         if not self.root.is_dir():
             return found
         for child in sorted(self.root.iterdir()):
-            label_path = child / LABEL_FILE
             try:
-                label = json.loads(label_path.read_text())
+                label = json.loads((child / LABEL_FILE).read_text())
             except (OSError, ValueError):
                 continue  # not ours, or being removed right now
-            found.append(
-                Leftover(
-                    env_id=str(child),
-                    run_id=label.get("run_id"),
-                    created_at=label.get("created_at"),
-                    owner=label.get("owner"),
-                )
-            )
+            if "run_id" in label:  # written by rtax before the kit's vocabulary
+                label = {f"rtax.{key}": value for key, value in label.items()}
+            if label.get(kit.SUBSTRATE, self.name) == self.name:
+                found.append(kit.leftover(str(child), label))
         return found
 
     def prepare(self, log: Callable[[str], None]) -> None:
