@@ -62,7 +62,7 @@ def main() -> int:
         docker.prepare(lambda m: print(m, file=sys.stderr))
         with (
             GitServer(fixture.root, host="127.0.0.1") as local_git,
-            GitServer(fixture.root, host=docker.host_address()) as docker_git,
+            GitServer(fixture.root, host=docker.host_address) as docker_git,
         ):
             sides = (
                 (

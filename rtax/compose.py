@@ -29,7 +29,7 @@ from rtax.probe import HarnessError
 from rtax.record import UNKNOWN_FIDELITY
 from rtax.store import Store
 from rtax.substrates import NAMED, UnknownSubstrate, names, substrate_class
-from rtax.substrates.base import Substrate, SubstrateError
+from rtax.substrates.base import Substrate, SubstrateError, require_host_address
 from rtax.workloads import RepoSource
 
 Log = Callable[[str], None]
@@ -59,12 +59,12 @@ def prepare(substrate: Substrate, log: Log) -> None:
 
 def host_address(substrate: Substrate) -> str:
     """Where the substrate's environments reach this host (T2's git server listens there)."""
-    return substrate.host_address()
+    return require_host_address(substrate)
 
 
 def action_mode(substrate: Substrate) -> str:
     """The substrate's action mode ("exec" or "session"; "exec" for kinds without modes)."""
-    return getattr(substrate, "mode", "exec")
+    return substrate.mode
 
 
 def declared_fidelity(kind: str) -> str | None:

@@ -21,6 +21,7 @@ times; what a row holds and what is derived from the timings is `rtax.record`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -306,13 +307,17 @@ class _Rollout:
         milestones = []
         if self.env is not None:
             milestones = [{"name": m.name, "t_s": m.t - self.t0} for m in self.env.milestones]
+        if self.env is not None and self.env.rate_limit_waits:
+            # what rate limiting cost this sample (the policy is in the substrate's describe)
+            waits = [dataclasses.asdict(w) for w in self.env.rate_limit_waits]
+            provenance = {**provenance, "rate_limit_waits": waits}
         reported = dict(self.env.resolution) if self.env is not None else {}
         run = run_row(
             run_id=self.run_id,
             started_at=started_at,
             substrate=self.sub.name,
             kind=self.sub.kind,
-            mode=getattr(self.sub, "mode", "exec"),
+            mode=self.sub.mode,
             tier=self.workload.tier,
             steps=self.workload.steps,
             seed=self.workload.seed,
@@ -357,7 +362,7 @@ def run_rollout(
             return failed_record(
                 substrate.name,
                 substrate.kind,
-                getattr(substrate, "mode", "exec"),
+                substrate.mode,
                 workload,
                 run_id,
                 datetime.now(UTC),

@@ -18,6 +18,10 @@ from datetime import UTC, datetime
 
 from rtax.substrates.base import Leftover, Substrate
 
+#: How long the removal of one orphan may take, verification included (an EC2 instance's
+#: termination takes the longest).
+REMOVE_TIMEOUT_S = 300.0
+
 
 @dataclass(frozen=True)
 class Orphan:
@@ -96,13 +100,15 @@ def reap(
     older_than_s: float | None = None,
     dry_run: bool = False,
     on_error: Callable[[str, Exception], None] | None = None,
+    timeout_s: float = REMOVE_TIMEOUT_S,
 ) -> list[Orphan]:
-    """Remove the orphans of `substrates` (unless `dry_run`); return what was (or would be)
-    removed. With `on_error`, a substrate whose leftovers can't be listed is reported to it
-    and skipped; without, the error propagates."""
+    """Remove the orphans of `substrates` (unless `dry_run`) with each substrate's own
+    `destroy`, the path a rollout's cleanup takes; return what was (or would be) removed.
+    With `on_error`, a substrate whose leftovers can't be listed is reported to it and
+    skipped; without, the error propagates."""
     subs = {s.name: s for s in substrates}
     orphans = find_orphans(subs.values(), older_than_s=older_than_s, on_error=on_error)
     if not dry_run:
         for orphan in orphans:
-            subs[orphan.substrate].remove_leftover(orphan.leftover)
+            subs[orphan.substrate].destroy(orphan.leftover, timeout_s)
     return orphans

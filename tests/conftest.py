@@ -112,7 +112,7 @@ def docker_git_server(docker_api, attrs_fixture: Fixture) -> Iterator[GitServer]
     """The fixture over git:// on the bridge gateway, where containers reach this host."""
     from rtax.substrates.docker import DockerSubstrate
 
-    host = DockerSubstrate().host_address()
+    host = DockerSubstrate().host_address
     with GitServer(attrs_fixture.root, host=host) as server:
         yield server
 

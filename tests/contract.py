@@ -216,3 +216,10 @@ class SubstrateContract:
         described = substrate.describe()
         assert described["kind"] == substrate.kind
         assert described["endpoint"]
+
+    def test_speaks_the_whole_protocol(self, substrate: Substrate) -> None:
+        """Every attribute and method the callers use is there (the runner, the scheduler and
+        the reaper read `mode` and `host_address` directly, never with a default)."""
+        assert isinstance(substrate, Substrate)
+        assert substrate.mode in ("exec", "session")
+        assert substrate.host_address is None or isinstance(substrate.host_address, str)

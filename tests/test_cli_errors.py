@@ -365,7 +365,8 @@ def test_reap_visits_configured_substrates(tmp_path: Path, capsys) -> None:
     meta = next(roots.rglob(".rtax-env.json"), None)
     assert meta is not None, "the local substrate keeps its label in a JSON file"
     label = json.loads(meta.read_text())
-    label["owner"] = f"{label['owner'].rpartition(':')[0]}:999999999"  # a pid that can't exist
+    owner = label["rtax.owner"]
+    label["rtax.owner"] = f"{owner.rpartition(':')[0]}:999999999"  # a pid that can't exist
     meta.write_text(json.dumps(label))
     code, out, err = run_main(["reap", "--config", str(conf)], capsys)
     assert code == 0, err

@@ -163,8 +163,7 @@ def test_the_git_server_serves_t2_for_the_compositions_lifetime(
 
 
 class _Unreachable(LocalSubstrate):
-    def host_address(self) -> str:
-        return "192.0.2.1"  # TEST-NET-1: not an address of this host
+    host_address = "192.0.2.1"  # TEST-NET-1: not an address of this host
 
 
 def test_a_git_server_that_cannot_start_is_rtaxs_failure(

@@ -143,6 +143,7 @@ def test_the_runner_records_reported_and_ready_resolutions() -> None:
     class Fake:
         name = kind = "fake"
         fidelity = "modelled"
+        mode = "exec"
         refusals = 2
 
         def create(self, run_id: str) -> Environment:

@@ -10,12 +10,14 @@ so each figure has an independent expected value.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from rtax.probe import ProbeOptions, run_rollout
+from rtax.substrates import kit
 from rtax.substrates.base import (
     CommandResult,
     Environment,
@@ -45,6 +47,7 @@ class FakeSubstrate:
     kind = "fake"
     fidelity = "real"
     mode = "exec"
+    host_address = "127.0.0.1"
 
     def __init__(self, clock: FakeClock, durations: dict[str, float], commands: dict[str, Any]):
         self.name = "fake"
@@ -81,17 +84,14 @@ class FakeSubstrate:
     def leftovers(self) -> list[Leftover]:
         return []
 
-    def remove_leftover(self, leftover: Leftover) -> None:  # pragma: no cover - not called
-        pass
-
-    def host_address(self) -> str:
-        return "127.0.0.1"
-
     def prepare(self, log: Any) -> None:
         pass
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "endpoint": "fake://"}
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,48 @@ def test_a_refused_first_command_is_ready_time_not_overhead() -> None:
     assert run["ready_s"] == 0.625
     assert run["overhead_s"] == 0.0
     assert run["time_to_first_command_s"] == 1.5 + 2.25 + 0.625
+
+
+class _SlowDown(Exception):
+    """A service's "slow down" answer (HTTP 429)."""
+
+
+class _RateLimitedCreate(FakeSubstrate):
+    """Its create is refused once with "slow down" and retried by the kit's policy, on the
+    fake clock, as a cloud substrate's create is."""
+
+    def create(self, run_id: str) -> Environment:
+        refusals = [_SlowDown()]
+        policy = kit.RetryPolicy(
+            base_s=0.5, jitter=lambda w: w, now=self.clock, sleep=self.clock.advance
+        )
+
+        def call() -> Environment:
+            if refusals:
+                raise refusals.pop()
+            return FakeSubstrate.create(self, run_id)
+
+        waits: list = []
+        limited = lambda exc: isinstance(exc, _SlowDown)  # noqa: E731
+        env = policy.call(call, what="create", limited=limited, on_wait=waits.append)
+        env.rate_limit_waits.extend(waits)
+        return env
+
+
+def test_a_rate_limit_wait_is_part_of_its_phase_and_named_in_provenance() -> None:
+    clock = FakeClock()
+    sub = _RateLimitedCreate(clock, DURATIONS, {"true": (0.125, 0, ""), "a": (0.5, 0, "")})
+    record = _run(sub, clock, Workload("T0", 0, 0, actions=(Action("exec", "a"),)))
+    run = record.run
+    assert run["status"] == "ok", run["error_message"]
+    assert run["create_s"] == 0.5 + 1.5  # the wait the service asked for, then the create
+    assert json.loads(run["provenance"])["rate_limit_waits"] == [
+        {"call": "create", "attempt": 1, "wait_s": 0.5, "retry_after_s": None}
+    ]
+    plain = _run(
+        FakeSubstrate(FakeClock(), DURATIONS, {"true": (0.1, 0, "")}), clock, Workload("T0", 0, 0)
+    )
+    assert "rate_limit_waits" not in json.loads(plain.run["provenance"])
 
 
 def test_the_deadline_ends_a_rollout_and_cleanup_still_runs() -> None:

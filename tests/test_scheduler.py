@@ -371,8 +371,7 @@ class _Unreachable(LocalSubstrate):
     """A local substrate whose environments would reach this host at an address it does not
     have (TEST-NET-1), so rtax's git daemon for T2 cannot bind there."""
 
-    def host_address(self) -> str:
-        return "192.0.2.1"
+    host_address = "192.0.2.1"
 
 
 def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(

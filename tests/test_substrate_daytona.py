@@ -23,7 +23,14 @@ from rtax.emulation.daytona import DaytonaEmulation, parse_command
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.store import Store
 from rtax.substrates import get_substrate
-from rtax.substrates.base import LABEL, CommandResult, Environment, SubstrateError, clock
+from rtax.substrates.base import (
+    LABEL,
+    CommandResult,
+    Environment,
+    SubstrateError,
+    clock,
+    require_host_address,
+)
 from rtax.substrates.daytona import DaytonaSubstrate
 from rtax.workloads import RepoSource
 
@@ -314,7 +321,7 @@ def test_planted_leftover_is_listed_by_label_and_removed(
         assert leftover.env_id == env.env_id and leftover.created_at
         assert leftover.owner and leftover.owner.endswith(f":{os.getpid()}")
         assert env.env_id not in [lo.env_id for lo in other.leftovers()]  # per name
-        daytona_exec.remove_leftover(leftover)
+        daytona_exec.destroy(leftover, 120)
         assert [lo for lo in daytona_exec.leftovers() if lo.run_id == "planted-leftover"] == []
         # the container behind it is gone too (its run id label is the sandbox id)
         assert docker_api.containers(all=True, filters=backing) == []
@@ -369,7 +376,7 @@ def test_configuration_errors_are_clear(emulation: DaytonaEmulation, monkeypatch
     with pytest.raises(SubstrateError, match="DAYTONA_API_KEY"):
         DaytonaSubstrate().client()
     with pytest.raises(SubstrateError, match="host_address"):
-        DaytonaSubstrate().host_address()
+        require_host_address(DaytonaSubstrate())
     wrong = _substrate(emulation, api_key="rtax-wrong-key")
     try:
         with pytest.raises(SubstrateError, match="refused the API key"):

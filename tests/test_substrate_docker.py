@@ -152,7 +152,7 @@ def _fake_runsc(argv: list[str]) -> str | None:
 
 
 def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
-    from rtax.substrates.docker import runtime_provenance
+    from rtax.substrates.docker_engine import runtime_provenance
 
     assert runtime_provenance(_INFO, "runsc", _fake_runsc) == {
         "name": "runsc",
@@ -170,7 +170,7 @@ def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
 
 
 def test_runtime_provenance_of_runc_and_unknown_runtimes() -> None:
-    from rtax.substrates.docker import runtime_provenance
+    from rtax.substrates.docker_engine import runtime_provenance
 
     def never(argv: list[str]) -> str | None:
         raise AssertionError(f"runc is not asked anything: {argv}")
@@ -282,6 +282,29 @@ def test_session_shell_killed_is_not_a_lost_container(
     with pytest.raises(ExecError, match="container still runs"):
         docker_session.run(env, "kill -9 $$", 30)  # $$ is the session's own shell
     assert docker_session.run(env, "echo back", 30).stdout == "back\n"  # a new session
+
+
+@pytest.mark.parametrize("last", [10, 300_000])
+def test_session_stream_keeps_head_and_tail_whatever_the_frame_sizes(last: int) -> None:
+    """The cap holds when the marker arrives in a payload bigger than a spill batch (the
+    engine's frames are as big as the shell's writes)."""
+    import re
+
+    from rtax.substrates.docker_session import _Stream
+
+    stream = _Stream(re.compile(rb"\nEND\n"), 1000)
+    data = bytes(i % 251 for i in range(200_000 + last))
+    for i in range(0, 200_000, 1000):
+        stream.feed(data[i : i + 1000])
+    stream.feed(data[200_000:] + b"\nEND\n")
+    text, size = stream.result()
+    dropped = len(data) - 1000
+    assert size == len(data)
+    assert text == (
+        data[:500].decode("utf-8", "replace")
+        + f"\n[... {dropped} bytes not kept ...]\n"
+        + data[-500:].decode("utf-8", "replace")
+    )
 
 
 def test_session_big_output_is_counted_exactly_and_capped(

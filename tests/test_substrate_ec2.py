@@ -23,7 +23,14 @@ from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.record import PHASES
 from rtax.store import Store
-from rtax.substrates.base import LABEL, CommandResult, Environment, SubstrateError, clock
+from rtax.substrates.base import (
+    LABEL,
+    CommandResult,
+    Environment,
+    SubstrateError,
+    clock,
+    require_host_address,
+)
 from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate
 from rtax.workloads import Action, RepoSource, Workload
 
@@ -372,7 +379,7 @@ def test_planted_leftover_is_listed_and_terminated(emulation: Ec2Emulation) -> N
     assert [lo.env_id for lo in found] == [env.env_id]
     assert found[0].owner and found[0].created_at
     assert env.env_id not in [lo.env_id for lo in other.leftovers()]  # per substrate name
-    sub.remove_leftover(found[0])
+    sub.destroy(found[0], 300)
     assert _state(emulation, env.env_id) == "terminated"
     assert [lo for lo in sub.leftovers() if lo.run_id == "planted-leftover"] == []
     _wait_container_gone(emulation, env.env_id)
@@ -424,7 +431,7 @@ def test_only_the_api_endpoint_is_contacted(
     instance = _client(emulation, "ec2").describe_instances(
         Filters=[{"Name": f"tag:{LABEL}.run_id", "Values": [record.run["run_id"]]}]
     )["Reservations"][0]["Instances"][0]
-    addresses = {instance.get("PrivateIpAddress"), sub.host_address()}
+    addresses = {instance.get("PrivateIpAddress"), sub.host_address}
     assert not addresses & {address[0] for address in seen}
 
 
@@ -487,7 +494,7 @@ def test_prepare_and_host_address_say_what_to_fix() -> None:
     with pytest.raises(SubstrateError, match="does not answer"):
         down.prepare(lambda message: None)
     with pytest.raises(SubstrateError, match="host_address"):
-        down.host_address()
+        require_host_address(down)
     with pytest.raises(SubstrateError, match="`ami`"):
         Ec2Substrate(fidelity="emulated", endpoint="http://127.0.0.1:9").prepare(print)
     with pytest.raises(ValueError, match="fidelity"):

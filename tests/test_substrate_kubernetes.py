@@ -17,7 +17,7 @@ from rtax import workloads
 from rtax.emulation.kubernetes import KubernetesEmulation
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.store import Store
-from rtax.substrates.base import ExecError, SubstrateError, clock
+from rtax.substrates.base import ExecError, SubstrateError, clock, require_host_address
 from rtax.substrates.kubernetes import KubernetesSubstrate
 from rtax.workloads import RepoSource
 
@@ -224,7 +224,7 @@ def test_delete_refused_is_cleanup_failed_kept_and_then_reaped(
     left = [lo for lo in sub.leftovers() if lo.run_id == record.run["run_id"]]
     assert len(left) == 1  # the pod outlived the failed cleanup: the reaper's job
     cid = emulation.container_of(left[0].env_id)
-    sub.remove_leftover(left[0])
+    sub.destroy(left[0], 120)
     assert record.run["run_id"] not in [lo.run_id for lo in sub.leftovers()]
     _gone(docker_api, cid)
 
@@ -369,7 +369,7 @@ def test_planted_leftover_is_listed_and_removed(
         assert found[0].owner and found[0].created_at and found[0].env_id == env.env_id
         other = _sub(emulation, name="kubernetes-other")
         assert "planted-leftover" not in [lo.run_id for lo in other.leftovers()]
-        k8s.remove_leftover(found[0])
+        k8s.destroy(found[0], 120)
         assert [lo for lo in k8s.leftovers() if lo.run_id == "planted-leftover"] == []
     finally:
         if emulation.pod(env.env_id) is not None:
@@ -493,6 +493,6 @@ def test_unreachable_api_and_missing_host_address_are_one_line_errors() -> None:
         sub.prepare(lambda message: None)
     assert "\n" not in str(unreachable.value)
     with pytest.raises(SubstrateError, match="host_address"):
-        sub.host_address()
+        require_host_address(sub)
     with pytest.raises(ValueError, match="fidelity"):
         KubernetesSubstrate(host="http://127.0.0.1:9", fidelity="guessed")

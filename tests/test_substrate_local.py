@@ -39,6 +39,39 @@ def test_registry_builds_local(tmp_path: Path) -> None:
     assert isinstance(sub, LocalSubstrate) and sub.name == "local" and sub.fidelity == "real"
 
 
+def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
+    tmp_path: Path,
+) -> None:
+    """`rtax reap` removes a leftover with `destroy`: it must refuse a directory that is not an
+    rtax environment under its root, and each name lists only its own (and, from rtax
+    before the kit's label vocabulary, label files without a name)."""
+    import json
+
+    from rtax.substrates.base import CleanupFailed, Leftover
+
+    root = tmp_path / "envs"
+    mine, other = LocalSubstrate(root=root), LocalSubstrate(name="local-2", root=root)
+    env = mine.create("per-name")
+    old = root / "rtax-old"
+    old.mkdir()
+    (old / ".rtax-env.json").write_text(
+        json.dumps({"label": "rtax", "run_id": "old", "created_at": None, "owner": "h:1"})
+    )
+    assert sorted(lo.run_id for lo in mine.leftovers()) == ["old", "per-name"]
+    assert [lo.run_id for lo in other.leftovers()] == ["old"]
+    stranger = tmp_path / "not-ours"
+    stranger.mkdir()
+    for path in (stranger, root / "unlabelled"):
+        path.mkdir(exist_ok=True)
+        with pytest.raises(CleanupFailed, match="not an rtax environment"):
+            mine.destroy(Leftover(env_id=str(path), run_id=None), 10)
+        assert path.is_dir()
+    (found,) = [lo for lo in mine.leftovers() if lo.run_id == "per-name"]
+    mine.destroy(found, 10)
+    assert not Path(env.env_id).exists()
+    mine.destroy(found, 10)  # already gone: nothing to do
+
+
 def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
     marker = "31.4159"  # a sleep argument no other process uses
     hang = Workload(

@@ -4,17 +4,22 @@ Why a protocol and nothing more: the probe runner (`rtax.probe`) times each step
 must never know which substrate it is timing, so that "create" or "ready" means the same thing for
 a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
 the store and never times its own phases; it only does the work and may mark native milestones.
+What substrates share beyond this contract (labels, leftovers, rate-limit retries, polling,
+command timeouts) is in `rtax.substrates.kit`, so that each kind's file holds only its API.
 
 Life of one environment::
 
+    sub.prepare(log)                     # once, before any clock starts: build what is missing
     env = sub.create(run_id)             # request sent -> the API accepted and returned
     sub.wait_running(env, timeout_s)     # accepted -> the substrate reports it running
     sub.run(env, "true", timeout_s)      # commands; the first successful one is "ready"
     sub.destroy(env, timeout_s)          # delete, then verify that it is gone
-    sub.leftovers()                      # environments carrying the rtax label, found by label
+    sub.leftovers()                      # labelled environments still there (`rtax reap`
+                                         # destroys the orphans among them)
+    sub.describe()                       # provenance, stored with every sample
+    sub.close()                          # release clients and connections
 
-plus `prepare` (build what is missing, before any clock starts), `host_address` (where an
-environment reaches this host) and `remove_leftover` (for `rtax reap`).
+plus the attributes `name`, `kind`, `fidelity`, `mode` and `host_address`.
 """
 
 from __future__ import annotations
@@ -61,18 +66,37 @@ class Milestone:
     t: float
 
 
+@dataclass(frozen=True)
+class RateLimitWait:
+    """One pause a substrate made because the service asked it to slow down (HTTP 429 or a
+    throttling code), kept so that a sample slowed by rate limiting says so in its provenance
+    (`rtax.substrates.kit.RetryPolicy`)."""
+
+    #: the call that was refused ("pod create", "RunInstances", ...)
+    call: str
+    #: the attempt that was refused (1 = the first)
+    attempt: int
+    #: how long the substrate waited before the next attempt
+    wait_s: float
+    #: what the service's Retry-After asked for, when it sent one
+    retry_after_s: float | None = None
+
+
 @dataclass
 class Environment:
-    """A handle on one live environment. `handle` is private to the substrate that made it."""
+    """A handle on one live environment. `handle` is private to the substrate that made it;
+    None for an environment found by its label (`Leftover`), which `destroy` must accept too."""
 
     env_id: str
-    run_id: str
+    run_id: str | None
     handle: Any = None
     milestones: list[Milestone] = field(default_factory=list)
     #: Per phase ("orchestration", "cleanup", ...): the poll gap at which the substrate detected
     #: the phase's end (`rtax.substrates.poll`), summed when a phase ends after several polled
     #: events. A phase the substrate did not poll for has no entry (docs/measurement.md#resolution).
     resolution: dict[str, float] = field(default_factory=dict)
+    #: Rate-limit waits in this environment's calls, in order (none: never rate limited).
+    rate_limit_waits: list[RateLimitWait] = field(default_factory=list)
 
     def mark(self, name: str) -> None:
         """Record a native milestone now; it explains phases, it never replaces them."""
@@ -83,17 +107,16 @@ class Environment:
         self.resolution[phase] = self.resolution.get(phase, 0.0) + resolution_s
 
 
-@dataclass(frozen=True)
-class Leftover:
-    """An environment that carries the rtax label and still exists.
+@dataclass
+class Leftover(Environment):
+    """An environment that carries the rtax label and still exists, found by that label.
 
-    `owner` is "host:pid" of the process that created it, so that the reaper can tell a
-    crashed run's orphan from an environment that a live run still uses.
+    It is an `Environment` (with no handle) so that removing one is `destroy`, the same path
+    as a rollout's own cleanup. `owner` is "host:pid" of the process that created it, so that
+    the reaper can tell a crashed run's orphan from an environment that a live run still uses.
     """
 
-    env_id: str
-    run_id: str | None
-    created_at: str | None
+    created_at: str | None = None
     owner: str | None = None
     detail: str = ""
 
@@ -176,7 +199,8 @@ def redact(text: str, secrets: list[str]) -> str:
 
 @runtime_checkable
 class Substrate(Protocol):
-    """What the probe runner needs from a substrate; nothing else is ever called."""
+    """What the probe runner, the scheduler and the reaper need from a substrate; nothing else
+    is ever called (README.md#substrates)."""
 
     #: the configured name (e.g. "docker-gvisor"); several names may share one kind
     name: str
@@ -184,6 +208,15 @@ class Substrate(Protocol):
     kind: str
     #: "real", "emulated" or "modelled"
     fidelity: str
+    #: how actions reach the environment: "exec" (one call per action) or "session"
+    mode: str
+    #: where an environment reaches this host (T2's git server listens there); None when
+    #: only the user can say and has not (`require_host_address`)
+    host_address: str | None
+
+    def prepare(self, log: Callable[[str], None]) -> None:
+        """Make sure the substrate can run rollouts (e.g. build a missing image); idempotent."""
+        ...
 
     def create(self, run_id: str) -> Environment:
         """Ask for a new environment labelled with `LABEL` and `run_id`; return once accepted."""
@@ -198,26 +231,28 @@ class Substrate(Protocol):
         ...
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
-        """Delete the environment and verify that it is gone, else raise `CleanupFailed`."""
+        """Delete the environment, one this substrate made or a `Leftover` it found, and verify
+        that it is gone, else raise `CleanupFailed`."""
         ...
 
     def leftovers(self) -> list[Leftover]:
-        """Every environment of this substrate that carries the rtax label."""
-        ...
-
-    def remove_leftover(self, leftover: Leftover) -> None:
-        """Remove one leftover (the reaper's backstop; normal cleanup is `destroy`)."""
-        ...
-
-    def host_address(self) -> str:
-        """The address at which this host is reachable from inside an environment (T2's
-        git server listens there)."""
-        ...
-
-    def prepare(self, log: Callable[[str], None]) -> None:
-        """Make sure the substrate can run rollouts (e.g. build a missing image); idempotent."""
+        """Every environment of this substrate name that carries the rtax label."""
         ...
 
     def describe(self) -> dict[str, Any]:
         """Provenance: endpoint, image, runtime, parameters, client library versions."""
         ...
+
+    def close(self) -> None:
+        """Release clients and connections; the substrate is not used afterwards."""
+        ...
+
+
+def require_host_address(substrate: Substrate) -> str:
+    """`substrate.host_address`, or a one-line error saying what to configure."""
+    if not substrate.host_address:
+        raise SubstrateError(
+            f"substrate {substrate.name}: set host_address to an address of this host that its "
+            "environments can reach (T2 clones from a git server there)"
+        )
+    return substrate.host_address

@@ -142,7 +142,8 @@ class DaytonaSubstrate:
         self.workdir = workdir
         self.auto_stop_interval_min = auto_stop_interval_min
         self.auto_delete_interval_min = auto_delete_interval_min
-        self._host_address = host_address
+        #: where a sandbox reaches this host: it runs elsewhere, so only the user knows
+        self.host_address = host_address
         self.api_timeout_s = api_timeout_s
         self.create_timeout_s = create_timeout_s
         self.rate_limit_attempts = rate_limit_attempts
@@ -548,11 +549,6 @@ class DaytonaSubstrate:
                 return found
 
     @redacting
-    def remove_leftover(self, leftover: Leftover) -> None:
-        """Delete a leftover sandbox and wait until it is gone (the reaper's backstop)."""
-        self.destroy(Environment(env_id=leftover.env_id, run_id=leftover.run_id or ""), 120)
-
-    @redacting
     def prepare(self, log: Callable[[str], None]) -> None:
         """Check that the API answers and accepts the key (one cheap list call)."""
         api = self.client()._sandbox_api
@@ -569,16 +565,6 @@ class DaytonaSubstrate:
                 self._scrub(f"Daytona API at {self.api_url} is not reachable: {_message(exc)}")
             ) from None
         log(f"daytona: API at {self.api_url} answers")
-
-    def host_address(self) -> str:
-        """Where a sandbox reaches this host (T2's git server): must be configured, since a
-        Daytona sandbox runs elsewhere."""
-        if not self._host_address:
-            raise SubstrateError(
-                "set host_address for the daytona substrate: an address of this host that "
-                "Daytona sandboxes can reach (T2 clones its repository from there)"
-            )
-        return self._host_address
 
     def describe(self) -> dict[str, Any]:
         return {

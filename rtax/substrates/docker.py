@@ -2,41 +2,30 @@
 
 Why these choices (docs/substrates/docker.md):
 
-- The low-level `docker.APIClient` is used, one HTTP call per step, so that a phase is the engine's
-  time and not the SDK's extra inspections: create = ``POST /containers/create``; orchestration =
-  ``POST /containers/{id}/start`` until an inspect reports it running; ready = the first ``true``.
-- Two action modes, both labelled in the data (`runs.mode`):
-  ``exec``: one Docker exec per action (create, start, inspect: what most harnesses do);
-  ``session``: the paper's low-latency action API: one persistent shell per container, fed framed
-  commands over the attached exec stream (`rtax.substrates.docker_session`).
-- A command's timeout is enforced inside the container by coreutils ``timeout`` (TERM to the whole
-  process group, KILL a second later), so a hung action stops where it runs.
-- Containers carry the ``rtax`` label, their run id, creation time and owner (host:pid), so that
-  `rtax reap` can tell an orphan from a container that a live run still owns.
+- The low-level `docker.APIClient`, one HTTP call per step, so that a phase is the engine's
+  time and not the SDK's extra inspections.
+- Two action modes (`runs.mode`): ``exec``, one Docker exec per action (what most harnesses
+  do), and ``session``, one persistent shell per container (`rtax.substrates.docker_session`).
+- A command's timeout is enforced inside the container (`kit.timeout_argv`), so a hung action
+  stops where it runs; the API call's own timeout is only a backstop.
+- The engine is a local socket with no rate limit: nothing is retried; a 429 (a registry that
+  throttles a pull) is ``rate_limited`` at once.
 - gVisor is the same kind with ``runtime="runsc"`` (the built-in ``docker-gvisor`` name).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import os
-import re
-import shutil
-import socket
-import subprocess
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from functools import cached_property
 from importlib import metadata
 from typing import Any
 
-from rtax import toolchain
 from rtax.image import RUNNER_IMAGE
+from rtax.substrates import docker_engine, kit
 from rtax.substrates.base import (
-    LABEL,
     CleanupFailed,
     CommandResult,
-    CommandTimeout,
     CreateFailed,
     CreateTimeout,
     Environment,
@@ -47,17 +36,15 @@ from rtax.substrates.base import (
     ReadyTimeout,
     clock,
 )
-from rtax.substrates.poll import poll
 
 MODES = ("exec", "session")
-#: Exit status of coreutils `timeout` when it had to stop the command.
-_TIMEOUT_EXIT = 124
-_KILL_GRACE_S = 1.0
 #: The engine is a local socket with no rate limit and an inspect costs about a millisecond of
 #: its time, so state is polled every 10 ms: a resolution well under 5 % of a container start
 #: (docs/measurement.md#resolution). Both polls usually succeed at once (start and forced removal
 #: mostly finish before they answer), and then the resolution is 0.
 POLL_INTERVAL_S = 0.01
+#: Margin of an exec's API call past the command's timeout (`kit.call_timeout`).
+EXEC_MARGIN_S = 30.0
 
 
 def _docker() -> Any:
@@ -67,7 +54,8 @@ def _docker() -> Any:
 
 
 class DockerSubstrate:
-    """Containers from `image`, one per rollout, with CPU/memory limits, network and runtime."""
+    """Containers from `image`, one per rollout, with CPU/memory limits, network and runtime.
+    `host_address` (where containers reach this host) defaults to the network's gateway."""
 
     kind = "docker"
     fidelity = "real"
@@ -82,6 +70,7 @@ class DockerSubstrate:
         network: str = "bridge",
         mode: str = "exec",
         base_url: str | None = None,
+        host_address: str | None = None,
         api_timeout_s: float = 3600.0,
         create_timeout_s: float = 120.0,
     ) -> None:
@@ -95,6 +84,8 @@ class DockerSubstrate:
         self.network = network
         self.mode = mode
         self.base_url = base_url
+        if host_address is not None:
+            self.host_address = host_address  # configured: the gateway is not asked
         docker = _docker()
         kwargs: dict[str, Any] = {"timeout": api_timeout_s, "version": "auto"}
         if base_url:
@@ -102,10 +93,14 @@ class DockerSubstrate:
             self.api = docker.APIClient(**kwargs)
         else:
             self.api = docker.from_env(timeout=api_timeout_s).api
-        self._owner = f"{socket.gethostname()}:{os.getpid()}"
         self.create_timeout_s = create_timeout_s
         self._engine_info: dict[str, Any] | None = None
         self._runtime_provenance: dict[str, Any] | None = None
+
+    @cached_property
+    def host_address(self) -> str:
+        """Where a container reaches this host: the network's gateway, asked once."""
+        return docker_engine.gateway_address(self.api, self.network)
 
     # -- life of one environment ------------------------------------------------------------
 
@@ -118,20 +113,13 @@ class DockerSubstrate:
             init=True,  # PID 1 reaps what timed-out commands leave behind
             runtime=self.runtime,  # (create_container's own `runtime` is not sent by the SDK)
         )
-        labels = {
-            LABEL: "1",
-            f"{LABEL}.run_id": run_id,
-            f"{LABEL}.created_at": datetime.now(UTC).isoformat(),
-            f"{LABEL}.owner": self._owner,
-            f"{LABEL}.substrate": self.name,
-        }
         name = f"rtax-{run_id}"
         try:
             with self._call_timeout(self.create_timeout_s):
                 created = self.api.create_container(
                     self.image,
                     command=["sleep", "infinity"],
-                    labels=labels,
+                    labels=kit.labels(run_id, self.name),
                     host_config=host_config,
                     working_dir="/work",
                     name=name,
@@ -165,7 +153,7 @@ class DockerSubstrate:
                     raise EnvironmentLost(f"container exited at start: {state.get('Error')}")
                 return True if state.get("Running") else None
 
-            found = poll(
+            found = kit.poll(
                 running,
                 interval_s=POLL_INTERVAL_S,
                 deadline=clock() + timeout_s,
@@ -185,28 +173,15 @@ class DockerSubstrate:
             result = self._session(env).run(command, timeout_s)
         else:
             result = self._exec(env, command, timeout_s)
-        if result.exit_code == 0 and not env.handle.get("first_command"):
-            env.handle["first_command"] = True
-            env.mark("first_command")
-        return result
+        return kit.first_command(env, result)
 
     def _exec(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         errors = _docker().errors
+        argv = kit.timeout_argv(command, timeout_s)
         t0 = clock()
-        wrapped = [
-            "timeout",
-            "-k",
-            f"{_KILL_GRACE_S:g}",
-            f"{max(timeout_s, 0.001):.3f}",
-            "/bin/sh",
-            "-c",
-            command,
-        ]
         try:
-            # The in-container `timeout` stops the command; the API timeout is the backstop
-            # for an engine that stops answering.
-            with self._call_timeout(timeout_s + _KILL_GRACE_S + 30):
-                exec_id = self.api.exec_create(env.env_id, wrapped, workdir="/work")["Id"]
+            with self._call_timeout(kit.call_timeout(timeout_s, EXEC_MARGIN_S)):
+                exec_id = self.api.exec_create(env.env_id, argv, workdir="/work")["Id"]
                 out, err = self.api.exec_start(exec_id, demux=True)
                 code = self.api.exec_inspect(exec_id)["ExitCode"]
         except errors.NotFound as exc:
@@ -218,10 +193,7 @@ class DockerSubstrate:
         except _transport_errors() as exc:
             raise ExecError(f"exec: {exc}") from exc
         latency = clock() - t0
-        # 124 (TERM) or 137 (KILL after the grace) from `timeout`, but only once the timeout
-        # has passed: a command may exit 124 by itself (e.g. an agent's own `timeout 10 ...`).
-        if code in (_TIMEOUT_EXIT, 137) and latency >= timeout_s:
-            raise CommandTimeout(f"killed after {timeout_s:.3g} s (exit {code})")
+        kit.raise_if_timed_out(code, latency, timeout_s)
         if code is None:
             raise ExecError("exec finished without an exit code")
         return CommandResult(
@@ -268,7 +240,7 @@ class DockerSubstrate:
                 raise CleanupFailed(f"verify removal of {env.env_id[:12]}: {exc}") from exc
             return None
 
-        found = poll(
+        found = kit.poll(
             gone,
             interval_s=POLL_INTERVAL_S,
             deadline=deadline,
@@ -280,24 +252,17 @@ class DockerSubstrate:
         env.mark("removed")
 
     def leftovers(self) -> list[Leftover]:
-        found = []
         # Only this substrate's own (docker and docker-gvisor share an engine).
-        label_filter = [LABEL, f"{LABEL}.substrate={self.name}"]
-        for c in self.api.containers(all=True, filters={"label": label_filter}):
-            labels = c.get("Labels") or {}
-            created = labels.get(f"{LABEL}.created_at")
-            if created is None and c.get("Created"):
-                created = datetime.fromtimestamp(c["Created"], UTC).isoformat()
-            found.append(
-                Leftover(
-                    env_id=c["Id"],
-                    run_id=labels.get(f"{LABEL}.run_id"),
-                    created_at=created,
-                    owner=labels.get(f"{LABEL}.owner"),
-                    detail=f"{labels.get(f'{LABEL}.substrate')}, {c.get('State')}",
-                )
+        wanted = [f"{key}={value}" for key, value in kit.selector(self.name).items()]
+        return [
+            kit.leftover(
+                c["Id"],
+                c.get("Labels") or {},
+                created_at=c.get("Created"),
+                detail=f"{self.name}, {c.get('State')}",
             )
-        return found
+            for c in self.api.containers(all=True, filters={"label": wanted})
+        ]
 
     def _remove_quietly(self, ref: str) -> None:
         """Force-remove a container by id or name, ignoring every error (best effort)."""
@@ -314,11 +279,7 @@ class DockerSubstrate:
         finally:
             self.api.timeout = previous
 
-    def remove_leftover(self, leftover: Leftover) -> None:
-        """Force-remove a leftover container (the reaper's backstop for crashed runs)."""
-        errors = _docker().errors
-        with contextlib.suppress(errors.NotFound):
-            self.api.remove_container(leftover.env_id, force=True)
+    # -- around rollouts ----------------------------------------------------------------------
 
     def prepare(self, log: Callable[[str], None]) -> None:
         """Build the runner image when it is the one configured and it is missing or stale."""
@@ -333,27 +294,9 @@ class DockerSubstrate:
             except _docker().errors.ImageNotFound:
                 raise CreateFailed(f"image {self.image} is not on this engine") from None
 
-    def host_address(self) -> str:
-        """Where a container reaches this host: the network's gateway (or loopback on host).
-
-        The default bridge often lists no gateway in its IPAM config; then the bridge
-        interface's own address is the gateway, and failing that Docker's convention, the
-        subnet's first host address.
-        """
-        if self.network == "host":
-            return "127.0.0.1"
-        info = self.api.inspect_network(self.network)
-        configs = (info.get("IPAM") or {}).get("Config") or []
-        for config in configs:
-            if config.get("Gateway"):
-                return config["Gateway"].split("/")[0]
-        bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name")
-        if bridge and (address := _interface_ipv4(bridge)):
-            return address
-        for config in configs:
-            if config.get("Subnet") and ":" not in config["Subnet"]:
-                return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
-        raise ExecError(f"network {self.network} has no gateway address")
+    def close(self) -> None:
+        """Close the engine client's connection pool."""
+        self.api.close()
 
     def _info(self) -> dict[str, Any]:
         """The engine's `docker info`, asked once per substrate (it names runtimes and defaults,
@@ -362,18 +305,14 @@ class DockerSubstrate:
             self._engine_info = dict(self.api.info())
         return self._engine_info
 
-    def _default_runtime(self) -> str:
-        """The engine's default runtime (what a container without `runtime` really runs on)."""
-        return str(self._info().get("DefaultRuntime") or "runc")
-
     def runtime_provenance(self) -> dict[str, Any]:
-        """The runtime in use as the engine runs it: path and flags, and for runsc its version,
-        platform and network mode (cached: it costs a `docker info` and two runsc calls)."""
+        """The runtime in use as the engine runs it (`docker_engine.runtime_provenance`), asked
+        once: it costs a `docker info` and two runsc calls."""
         if self._runtime_provenance is None:
             # The runtime's binary can only be asked where the engine runs: a local socket.
             local = self.api.base_url == "http+docker://localhost"
-            self._runtime_provenance = runtime_provenance(
-                self._info(), self.runtime, _run_binary if local else None
+            self._runtime_provenance = docker_engine.runtime_provenance(
+                self._info(), self.runtime, docker_engine.run_binary if local else None
             )
         return self._runtime_provenance
 
@@ -393,7 +332,7 @@ class DockerSubstrate:
             "image_id": image_id,
             "image_digests": digests,
             "toolchain": self.toolchain_fingerprint(image_id),
-            "runtime": self.runtime or self._default_runtime(),
+            "runtime": self.runtime or str(self._info().get("DefaultRuntime") or "runc"),
             "runtime_config": self.runtime_provenance(),
             "cpus": self.cpus,
             "memory": self.memory,
@@ -403,134 +342,14 @@ class DockerSubstrate:
         }
 
     def toolchain_fingerprint(self, image_id: str | None = None) -> dict[str, Any] | None:
-        """The image's workload toolchain, as its ``python3`` reports it (docs/toolchain.md).
-        Asked once per engine and image id, in a throw-away container, outside any timed phase
-        (provenance is taken before a rollout's clock starts)."""
+        """The image's workload toolchain (`docker_engine.image_toolchain`, docs/toolchain.md),
+        outside any timed phase: provenance is taken before a rollout's clock starts."""
         if image_id is None:
             try:
                 image_id = self.api.inspect_image(self.image)["Id"]
             except _docker().errors.ImageNotFound:
                 return None
-        key = (self.api.base_url, image_id)
-        if key not in _TOOLCHAINS:
-            _TOOLCHAINS[key] = _image_toolchain(self.api, image_id)
-        return _TOOLCHAINS[key]
-
-
-#: (engine, image id) -> toolchain fingerprint; an image's contents never change under its id.
-_TOOLCHAINS: dict[tuple[str, str], dict[str, Any] | None] = {}
-
-
-def _image_toolchain(api: Any, image_id: str) -> dict[str, Any] | None:
-    """Run the fingerprint script in a container of `image_id`; None if it can't say."""
-    container = api.create_container(
-        image_id, command=["python3", "-I", "-c", toolchain.FINGERPRINT_SCRIPT]
-    )["Id"]
-    try:
-        api.start(container)
-        status = api.wait(container, timeout=120).get("StatusCode")
-        out = api.logs(container, stdout=True, stderr=False).decode("utf-8", "replace")
-        if status != 0 or not out.strip():
-            return None
-        return toolchain.parse_fingerprint(out)
-    except Exception:  # an image without python3 has no toolchain to report
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            api.remove_container(container, force=True)
-
-
-def runtime_provenance(
-    info: dict[str, Any],
-    runtime: str | None,
-    run: Callable[[list[str]], str | None] | None,
-) -> dict[str, Any]:
-    """What runs a container of `runtime` (None: the engine's default), from `docker info`.
-
-    ``path`` and ``args`` are the engine's registration (daemon.json). For runsc, also its
-    ``version`` (``runsc --version``) and the ``platform`` and ``network`` it runs with: the flag
-    when the registration sets one, else the binary's own default (``runsc flags``), because a
-    gVisor figure depends on both. `run` runs a command and returns its stdout (None: it can't
-    be run here, e.g. a remote engine); what can't be known is None, never guessed.
-    """
-    name = runtime or str(info.get("DefaultRuntime") or "runc")
-    entry = (info.get("Runtimes") or {}).get(name) or {}
-    path = entry.get("path")
-    args = [str(a) for a in entry.get("runtimeArgs") or []]
-    described: dict[str, Any] = {"name": name, "path": path, "args": args}
-    if not path or "runsc" not in os.path.basename(path):
-        return described
-    version = flags = None
-    if run is not None:
-        if out := run([path, "--version"]):
-            first = out.splitlines()[0]
-            version = first.removeprefix("runsc version ").strip() or None
-        flags = run([path, "flags"])
-    for flag in ("platform", "network"):
-        described[flag] = _flag_value(args, flag) or _flag_default(flags, flag)
-    described["version"] = version
-    return described
-
-
-def _flag_value(args: list[str], flag: str) -> str | None:
-    """The value of ``--flag=v`` / ``-flag=v`` / ``--flag v`` in `args` (the last one wins)."""
-    value = None
-    for i, arg in enumerate(args):
-        key, eq, rest = arg.lstrip("-").partition("=")
-        if key != flag or not arg.startswith("-"):
-            continue
-        if eq:
-            value = rest
-        elif i + 1 < len(args):
-            value = args[i + 1]
-    return value
-
-
-def _flag_default(flags: str | None, flag: str) -> str | None:
-    """A flag's default from ``runsc flags`` output (Go's flag help: ``(default "systrap")`` on
-    the lines after ``-platform string``)."""
-    if not flags:
-        return None
-    lines = flags.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().split(" ")[0] != f"-{flag}":
-            continue
-        for text in lines[i + 1 :]:
-            if text.strip().startswith("-"):
-                break
-            # `(default "systrap")` for a string flag, `sandbox (default), host` for a value
-            found = re.search(r'\(default "([^"]+)"\)', text) or re.search(
-                r"(\w+) \(default\)", text
-            )
-            if found is not None:
-                return found.group(1)
-        return None
-    return None
-
-
-def _run_binary(argv: list[str]) -> str | None:
-    """Output of a short local command (stdout, then stderr: ``runsc flags`` writes there), or
-    None if it can't run (missing, failing, hanging)."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout + done.stderr if done.returncode == 0 else None
-
-
-def _interface_ipv4(name: str) -> str | None:
-    """The IPv4 address of a network interface (SIOCGIFADDR), or None."""
-    import fcntl
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
-        except OSError:
-            return None
-    return socket.inet_ntoa(packed[20:24])
+        return docker_engine.image_toolchain(self.api, image_id)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

@@ -9,20 +9,11 @@ started by one exec with stdin attached; each command is sent with framing:
     while kill -0 -$p; do sleep 0.01; done          # until its whole process group is gone
     printf '\\n<nonce> rc %d\\n' $rc; printf '\\n<nonce> end\\n' >&2
 
-- Job control puts each command's subshell in a process group of its own *without an exec* (a
-  fork is ~0.3 ms; ``setsid sh -c`` would cost ~1.6 ms), and ``cd`` or variables never leak from
-  one action into the next, as in exec mode.
-- A command is done when its process group is empty, so what it started in the background
-  finishes (or is killed at the timeout) before the next action: its late output can't land in
-  the next action's result. (Exec and local mode wait for the output streams to close instead;
-  they differ only for background processes that closed their output, which session mode waits
-  for and the others don't.)
-- stdout and stderr come back separately (the engine's multiplexed stream), each ending with a
-  marker line that carries a per-session random nonce; the exit code rides on the stdout marker.
-- A timeout kills the command's process group (``kill -9 -PGID`` by a separate exec) and drains
-  to the markers, so the session stays usable; if it can't be drained, the session is closed,
-  the next command opens a new one, and the `CommandTimeout` message says which happened.
-- Output is kept up to `MAX_OUTPUT` bytes per stream (head and tail); byte counts are exact.
+Job control gives each command's subshell a process group of its own without an exec (a fork
+is ~0.3 ms, ``setsid sh -c`` ~1.6 ms), which is what a timeout kills (``kill -9 -PGID`` by a
+separate exec) before draining to the markers. The markers carry a per-session random nonce, so
+no command's output can forge them; stdout and stderr come apart on the engine's multiplexed
+stream.
 """
 
 from __future__ import annotations
@@ -80,8 +71,13 @@ class _Stream:
         assert self.match is not None
         body = bytes(self.tail[: self.match.start()])
         size = self.total + len(body)
-        dropped = size - len(self.head) - len(body)
-        text = bytes(self.head)
+        # The last payload may have brought more than a spill batch: cap the tail here too.
+        half = self.keep // 2
+        take = min(max(half - len(self.head), 0), max(len(body) - half, 0))
+        text, body = bytes(self.head) + body[:take], body[take:]
+        if len(body) > half:
+            body = body[len(body) - half :]
+        dropped = size - len(text) - len(body)
         if dropped > 0:
             text += f"\n[... {dropped} bytes not kept ...]\n".encode()
         text += body

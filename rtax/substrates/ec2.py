@@ -152,6 +152,7 @@ class Ec2Substrate:
     """
 
     kind = "ec2"
+    mode = "exec"
 
     def __init__(
         self,
@@ -196,7 +197,8 @@ class Ec2Substrate:
         self.tags = dict(tags or {})
         self.profile = profile
         self.endpoint = endpoint
-        self._host_address = host_address
+        #: where an instance reaches this host: only the user knows the route back from the VPC
+        self.host_address = host_address
         self.workdir = workdir
         self.api_timeout_s = api_timeout_s
         self.throttle_attempts = throttle_attempts
@@ -646,20 +648,10 @@ class Ec2Substrate:
             if not token:
                 return found
 
-    @redacting
-    def remove_leftover(self, leftover: Leftover) -> None:
-        """Terminate a leftover instance and wait until EC2 reports it terminated."""
-        self._terminate_and_wait(leftover.env_id, 300.0)
-
-    def host_address(self) -> str:
-        """Where an instance reaches this host (T2's git server): it must be configured, since
-        only the user knows the route from their VPC back to this machine."""
-        if not self._host_address:
-            raise SubstrateError(
-                "the ec2 substrate needs `host_address`: an address of this host that its "
-                "instances can reach (T2 clones from a git server there)"
-            )
-        return self._host_address
+    def close(self) -> None:
+        """Close both API clients' connection pools."""
+        self.ec2.close()
+        self.ssm.close()
 
     @redacting
     def prepare(self, log: Callable[[str], None]) -> None:

@@ -125,6 +125,7 @@ class KubernetesSubstrate:
     account (`in_cluster`), or a direct API URL (`host`, with `token`, `ca_cert`)."""
 
     kind = "kubernetes"
+    mode = "exec"
 
     def __init__(
         self,
@@ -173,7 +174,8 @@ class KubernetesSubstrate:
         self.working_dir = working_dir
         self.exec_protocol = exec_protocol
         self.watch_events = watch_events
-        self._host_address = host_address
+        #: where a pod reaches this host: only the configuration knows
+        self.host_address = host_address
         self.api_timeout_s = api_timeout_s
         self.create_timeout_s = create_timeout_s
         self.max_attempts = max_attempts
@@ -780,11 +782,6 @@ class KubernetesSubstrate:
         return result
 
     @redacting
-    def remove_leftover(self, leftover: Leftover) -> None:
-        """Delete a leftover pod and wait until it is gone (the reaper's backstop)."""
-        self._delete_and_wait(leftover.env_id, 120)
-
-    @redacting
     def prepare(self, log: Callable[[str], None]) -> None:
         """Check that the API answers and that pods can be listed in `namespace`."""
         try:
@@ -805,14 +802,10 @@ class KubernetesSubstrate:
             self._server_version = str(info.get("gitVersion"))
         return self._server_version
 
-    def host_address(self) -> str:
-        """Where a pod reaches this host (T2's git server): only the configuration knows."""
-        if self._host_address is None:
-            raise SubstrateError(
-                f"substrate {self.name}: set host_address to an address of this host that "
-                "pods can reach (T2 clones from a git server there)"
-            )
-        return self._host_address
+    def close(self) -> None:
+        """Close the API client's connection pool (and its thread pool, if one was made)."""
+        with contextlib.suppress(Exception):
+            self.api.api_client.close()
 
     def describe(self) -> dict[str, Any]:
         """Provenance; never a credential (tokens and keys stay in the client configuration)."""

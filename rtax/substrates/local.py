@@ -21,13 +21,12 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rtax import paths, toolchain
+from rtax.substrates import kit
 from rtax.substrates.base import (
-    LABEL,
     CleanupFailed,
     CommandResult,
     CommandTimeout,
@@ -50,6 +49,9 @@ class LocalSubstrate:
 
     kind = "local"
     fidelity = "real"
+    mode = "exec"
+    #: environments are on this host
+    host_address = "127.0.0.1"
 
     def __init__(
         self,
@@ -92,12 +94,7 @@ class LocalSubstrate:
 
     def create(self, run_id: str) -> Environment:
         workdir = self.root / f"rtax-{run_id}"
-        label = {
-            "label": LABEL,
-            "run_id": run_id,
-            "created_at": datetime.now(UTC).isoformat(),
-            "owner": f"{socket.gethostname()}:{os.getpid()}",
-        }
+        label = kit.labels(run_id, self.name)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             # The label goes in first, so that a copy interrupted half-way is still a leftover
@@ -166,9 +163,16 @@ class LocalSubstrate:
         )
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
-        workdir = env.handle["path"]
-        for group in env.handle["groups"]:
-            _kill_group(group)  # background processes a command left behind
+        if env.handle is None:  # found by its label: remove only what is surely ours
+            workdir = Path(env.env_id)
+            if workdir.parent != self.root or not (workdir / LABEL_FILE).is_file():
+                if not workdir.exists():
+                    return
+                raise CleanupFailed(f"{workdir} is not an rtax environment under {self.root}")
+        else:
+            workdir = env.handle["path"]
+            for group in env.handle["groups"]:
+                _kill_group(group)  # background processes a command left behind
         try:
             shutil.rmtree(workdir)
         except FileNotFoundError:
@@ -184,28 +188,15 @@ class LocalSubstrate:
         if not self.root.is_dir():
             return found
         for child in sorted(self.root.iterdir()):
-            label_path = child / LABEL_FILE
             try:
-                label = json.loads(label_path.read_text())
+                label = json.loads((child / LABEL_FILE).read_text())
             except (OSError, ValueError):
                 continue  # not ours, or being removed right now
-            found.append(
-                Leftover(
-                    env_id=str(child),
-                    run_id=label.get("run_id"),
-                    created_at=label.get("created_at"),
-                    owner=label.get("owner"),
-                )
-            )
+            if "run_id" in label:  # written by rtax before the kit's vocabulary
+                label = {f"rtax.{key}": value for key, value in label.items()}
+            if label.get(kit.SUBSTRATE, self.name) == self.name:
+                found.append(kit.leftover(str(child), label))
         return found
-
-    def remove_leftover(self, leftover: Leftover) -> None:
-        path = Path(leftover.env_id)
-        if path.parent == self.root and (path / LABEL_FILE).is_file():
-            shutil.rmtree(path, ignore_errors=True)
-
-    def host_address(self) -> str:
-        return "127.0.0.1"
 
     def prepare(self, log: Callable[[str], None]) -> None:
         if not self.template.is_dir():
@@ -218,6 +209,9 @@ class LocalSubstrate:
         if self._fingerprint is None:
             self._fingerprint = toolchain.fingerprint("python3", env=self.command_env())
         return self._fingerprint
+
+    def close(self) -> None:
+        """Nothing to release: every command's process ends with its call."""
 
     def describe(self) -> dict[str, Any]:
         return {

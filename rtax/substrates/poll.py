@@ -16,8 +16,8 @@ the check that saw the event. It is 0 when the very first check, made at once, a
 then the event preceded the wait and polling added nothing to what was timed. The check's own
 round trip is not counted; it is part of every API call, polled or not.
 
-This is the first piece of a substrate kit (shared behaviour a substrate should not re-implement);
-rate-limit retries are a different thing (the service asked to slow down) and stay elsewhere.
+Part of the substrate kit (`rtax.substrates.kit`, which re-exports it). Rate-limit retries are a
+different thing (the service asked to slow down): `kit.RetryPolicy`.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class Sandboxes:
         if self.backing is not None:
             for leftover in self.backing.leftovers():
                 if leftover.env_id in self._made:
-                    self.backing.remove_leftover(leftover)
+                    self.backing.destroy(leftover, 60)
         self.by_id.clear()
 
     # -- the API's view ----------------------------------------------------------------------

@@ -139,7 +139,7 @@ class DaytonaEmulation(LoopbackServer):
             "target": "emulated",
             "snapshot": next(iter(self.snapshots)),
             "fidelity": "emulated",
-            "host_address": DockerSubstrate().host_address(),
+            "host_address": DockerSubstrate().host_address,
         }
 
     # -- the ASGI application ----------------------------------------------------------------

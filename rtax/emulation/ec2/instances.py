@@ -66,7 +66,7 @@ class Fleet:
                 self.backing.destroy(env, 60)
         for leftover in self.backing.leftovers():  # anything a racing launch made
             if leftover.env_id in self._made:
-                self.backing.remove_leftover(leftover)
+                self.backing.destroy(leftover, 60)
         self._made.clear()
 
     def env_of(self, instance_id: str) -> Environment | None:

@@ -97,7 +97,7 @@ class Ec2Emulation(LoopbackServer):
             "region": self.region,
             "ami": self.ami,
             "instance_profile": INSTANCE_PROFILE,
-            "host_address": self.backing.host_address(),
+            "host_address": self.backing.host_address,
             "fidelity": "emulated",
         }
 

@@ -64,7 +64,7 @@ class Kubelet:
         sub = self.docker(self.image)
         for leftover in sub.leftovers():
             if leftover.run_id in self._made:
-                sub.remove_leftover(leftover)
+                sub.destroy(leftover, 60)
 
     def start_pod(self, ns: str, name: str) -> None:
         """Schedule and start a new pod in the background."""

@@ -141,7 +141,7 @@ class KubernetesEmulation(LoopbackServer):
             "host": self.url,
             "image": self.image,
             "fidelity": "emulated",
-            "host_address": self.kubelet.docker(self.image).host_address(),
+            "host_address": self.kubelet.docker(self.image).host_address,
         }
         return params
 

@@ -1,0 +1,283 @@
+"""The substrate kit: what every substrate needs besides its own API, written once.
+
+Why a kit (docs/adding-a-substrate.md): the probe runner compares substrates, so the things
+that shape a sample or its clean-up must not differ by accident from one kind to another. A
+substrate's file keeps only what is specific to its API (which call creates, how a state is
+read, how an error is classified) and takes the rest from here:
+
+- labels and leftovers: one label vocabulary for every environment (`labels`, `selector`) and
+  one way back from labels to a `Leftover` (`leftover`), so that `rtax reap` reads every kind
+  alike. Each kind renders the dict in its API's form (container labels, pod labels and
+  annotations, instance tags, sandbox labels, a label file).
+- rate limits: one `RetryPolicy` (attempts, exponential backoff from `base_s` capped at `max_s`,
+  a deadline), one rule for Retry-After, and every wait recorded (`RateLimitWait`).
+- polling: `poll` (`rtax.substrates.poll`): a fixed interval, a deadline, and the resolution
+  disclosed.
+- command timeouts: the in-environment ``timeout`` wrapper (`timeout_argv`), the rule that tells
+  a command it killed from one that exited 124 by itself (`raise_if_timed_out`), and the bound
+  of the API call that carries a command (`call_timeout`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import shlex
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from rtax.substrates.base import (
+    LABEL,
+    CommandResult,
+    CommandTimeout,
+    Environment,
+    Leftover,
+    RateLimited,
+    RateLimitWait,
+    clock,
+)
+from rtax.substrates.poll import Polled, poll
+
+__all__ = [
+    "KILL_GRACE_S",
+    "Polled",
+    "RetryPolicy",
+    "call_timeout",
+    "first_command",
+    "labels",
+    "leftover",
+    "owner",
+    "poll",
+    "raise_if_timed_out",
+    "retry_after_header",
+    "selector",
+    "timeout_argv",
+    "timeout_command",
+]
+
+T = TypeVar("T")
+
+# -- labels and leftovers ---------------------------------------------------------------------
+
+RUN_ID = f"{LABEL}.run_id"
+CREATED_AT = f"{LABEL}.created_at"
+OWNER = f"{LABEL}.owner"
+SUBSTRATE = f"{LABEL}.substrate"
+
+
+def owner() -> str:
+    """ "host:pid" of this process: what the reaper checks before removing an environment."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def labels(run_id: str, substrate: str) -> dict[str, str]:
+    """The labels of a new environment: the rtax mark, its run id, creation time (UTC, ISO),
+    owner and substrate name (several names share a kind and an endpoint: each reaps its own)."""
+    return {
+        LABEL: "1",
+        RUN_ID: run_id,
+        CREATED_AT: datetime.now(UTC).isoformat(),
+        OWNER: owner(),
+        SUBSTRATE: substrate,
+    }
+
+
+def selector(substrate: str) -> dict[str, str]:
+    """The labels every environment of the substrate named `substrate` carries (and no other's)."""
+    return {LABEL: "1", SUBSTRATE: substrate}
+
+
+def leftover(
+    env_id: str,
+    found: Mapping[str, Any],
+    *,
+    created_at: str | datetime | float | None = None,
+    detail: str = "",
+) -> Leftover:
+    """A `Leftover` from the labels an environment carries. `created_at` is the API's own
+    creation time (ISO text, a datetime or a Unix time), used when the label has none."""
+    created = found.get(CREATED_AT) or created_at
+    if isinstance(created, datetime):
+        created = created.isoformat()
+    elif isinstance(created, (int, float)):
+        created = datetime.fromtimestamp(created, UTC).isoformat()
+    return Leftover(
+        env_id=env_id,
+        run_id=found.get(RUN_ID),
+        created_at=created,
+        owner=found.get(OWNER),
+        detail=detail,
+    )
+
+
+# -- rate limits ------------------------------------------------------------------------------
+
+
+def equal_jitter(wait_s: float) -> float:
+    """A backoff wait drawn from [wait/2, wait]: a fleet of rollouts refused at once does not
+    come back at once, and no wait falls below half the backoff."""
+    return wait_s * random.uniform(0.5, 1.0)
+
+
+def retry_after_header(
+    headers: Mapping[str, Any] | None, wall: Callable[[], float] = time.time
+) -> float | None:
+    """Seconds asked for by a Retry-After header (delta-seconds or an HTTP date), else None."""
+    if not headers:
+        return None
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except (TypeError, ValueError):
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - wall(), 0.0)
+
+
+def _retry_after_of(exc: BaseException) -> float | None:
+    """Retry-After from an exception that carries the response's headers (most HTTP clients'
+    errors: urllib3/OpenAPI ``headers``; botocore's ``response["ResponseMetadata"]``)."""
+    headers = getattr(exc, "headers", None)
+    if headers is None:
+        meta = (getattr(exc, "response", None) or {}).get("ResponseMetadata") or {}
+        headers = meta.get("HTTPHeaders")
+    try:
+        return retry_after_header(headers)
+    except AttributeError:  # headers of another shape: none usable
+        return None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a substrate answers "slow down" (HTTP 429, a throttling code): retry, wait, give up.
+
+    Attempt n's refusal is followed by a wait of ``base_s * 2**(n-1)``, jittered, at most
+    `max_s`. When the service says how long to wait (Retry-After), that is the wait, with no
+    jitter (the service chose the moment), still capped at `max_s` so one answer cannot stall
+    a rollout. It gives up with `RateLimited` after `attempts` attempts, or at once when the
+    wait would end past the deadline (`deadline_s` from the first attempt, or the caller's
+    own, e.g. a command's timeout): a wait that ends too late only delays the same verdict.
+
+    Every wait is handed to the caller's `on_wait` as a `RateLimitWait`, so that the sample it
+    slowed down says so; `describe()` is the policy for provenance. `now`, `sleep` and `jitter`
+    are injectable for tests (a fake clock makes the waits exact and instant).
+    """
+
+    attempts: int = 6
+    base_s: float = 0.5
+    max_s: float = 10.0
+    deadline_s: float = 60.0
+    jitter: Callable[[float], float] = field(default=equal_jitter, compare=False)
+    now: Callable[[], float] = field(default=clock, compare=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {self.attempts!r}")
+        if self.base_s < 0 or self.max_s < 0 or self.deadline_s <= 0:
+            raise ValueError("base_s and max_s must be >= 0 and deadline_s > 0")
+
+    def wait_s(self, attempt: int, retry_after_s: float | None) -> float:
+        """The wait after attempt `attempt` (1 = the first) was refused."""
+        if retry_after_s is not None:
+            return min(retry_after_s, self.max_s)
+        return min(self.jitter(self.base_s * 2 ** (attempt - 1)), self.max_s)
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        what: str,
+        limited: Callable[[BaseException], bool],
+        retry_after: Callable[[BaseException], float | None] = _retry_after_of,
+        detail: Callable[[BaseException], str] = lambda exc: str(exc)[:300],
+        deadline: float | None = None,
+        on_wait: Callable[[RateLimitWait], None] | None = None,
+    ) -> T:
+        """`fn()`, retried while `limited(exc)` says its exception means "slow down"; any
+        other exception propagates at once. `deadline` (on the `now` timeline) replaces
+        `deadline_s` for this call. Raises `RateLimited` (from the last refusal) on giving up."""
+        end = self.now() + self.deadline_s if deadline is None else deadline
+        waited = 0.0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except Exception as exc:
+                if not limited(exc):
+                    raise
+                asked = retry_after(exc)
+                wait = self.wait_s(attempt, asked)
+                if attempt >= self.attempts or self.now() + wait > end:
+                    raise RateLimited(
+                        f"{what}: still rate limited after {attempt} attempts "
+                        f"({waited:.3g} s waited): {detail(exc)}"
+                    ) from exc
+                if on_wait is not None:
+                    on_wait(RateLimitWait(what, attempt, wait, asked))
+                self.sleep(wait)  # backing off is the point: the service asked for it
+                waited += wait
+
+    def describe(self) -> dict[str, Any]:
+        """The policy as provenance (figures taken under rate limiting depend on it)."""
+        return {
+            "attempts": self.attempts,
+            "base_s": self.base_s,
+            "max_s": self.max_s,
+            "deadline_s": self.deadline_s,
+            "retry_after": "used as the wait, capped at max_s",
+            "jitter": getattr(self.jitter, "__name__", "custom"),
+        }
+
+
+# -- command timeouts -------------------------------------------------------------------------
+
+#: Seconds between coreutils ``timeout``'s TERM and its KILL.
+KILL_GRACE_S = 1.0
+#: Exit codes of coreutils ``timeout`` when it stopped the command: TERM (124), KILL (137).
+TIMEOUT_EXITS = (124, 137)
+
+
+def timeout_argv(command: str, timeout_s: float, shell: str = "/bin/sh") -> list[str]:
+    """`command` under coreutils ``timeout``, as argv: the timeout is enforced where the command
+    runs, so a hung action stops even when the API that carries it does not answer."""
+    limit = f"{max(timeout_s, 0.001):.3f}"
+    return ["timeout", "-k", f"{KILL_GRACE_S:g}", limit, shell, "-c", command]
+
+
+def timeout_command(command: str, timeout_s: float, shell: str = "/bin/sh") -> str:
+    """`timeout_argv` as one shell-quoted string, for APIs that take a command line."""
+    return shlex.join(timeout_argv(command, timeout_s, shell))
+
+
+def raise_if_timed_out(exit_code: int | None, latency_s: float, timeout_s: float) -> None:
+    """Raise `CommandTimeout` when ``timeout`` stopped the command: its exit code, *and* the
+    timeout has passed (a command may exit 124 by itself, e.g. an agent's own ``timeout``)."""
+    if exit_code in TIMEOUT_EXITS and latency_s >= timeout_s:
+        raise CommandTimeout(f"killed after {timeout_s:.3g} s (exit {exit_code})")
+
+
+def call_timeout(timeout_s: float, margin_s: float) -> float:
+    """The bound of the API call that carries a command with `timeout_s`: the command's time,
+    ``timeout``'s kill grace, and `margin_s` for the answer to come back. It is a backstop for
+    an API that stops answering; it must never cut a command that ``timeout`` is about to stop
+    (that would turn a clean `CommandTimeout` into a transport error)."""
+    return timeout_s + KILL_GRACE_S + margin_s
+
+
+def first_command(env: Environment, result: CommandResult) -> CommandResult:
+    """Mark the native milestone ``first_command`` at the environment's first success."""
+    if result.exit_code == 0 and not any(m.name == "first_command" for m in env.milestones):
+        env.mark("first_command")
+    return result
