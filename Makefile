@@ -34,9 +34,11 @@ fixtures: venv
 	$(PY) -m rtax fixtures
 
 # A Docker engine with gVisor's runsc runtime (installed and started when this machine allows it;
-# required under CI=true), then the runner image when it is missing or stale.
+# required under CI=true), Debian's podman for the podman kind (likewise), then the runner image
+# when it is missing or stale.
 docker: fixtures
 	bash scripts/ensure-docker.sh
+	bash scripts/ensure-podman.sh
 	@if docker info >/dev/null 2>&1; then $(PY) -m rtax image build; fi
 
 # Debian's Chromium for the dashboard's browser test (required under CI=true).

@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "kubernetes": "rtax.substrates.kubernetes:KubernetesSubstrate",
     "ec2": "rtax.substrates.ec2:Ec2Substrate",
     "daytona": "rtax.substrates.daytona:DaytonaSubstrate",
+    "podman": "rtax.substrates.podman:PodmanSubstrate",
 }
 
 #: Built-in substrate names: name -> (kind, parameters). A configuration file adds more.
@@ -26,6 +27,7 @@ NAMED: dict[str, tuple[str, dict[str, Any]]] = {
     "local": ("local", {}),
     "docker": ("docker", {}),
     "docker-gvisor": ("docker", {"runtime": "runsc"}),
+    "podman": ("podman", {}),
     # The clouds, configured by their clients' usual environment (kubeconfig, AWS's credential
     # chain, DAYTONA_API_KEY); while `rtax emulate` runs, the CLI points them at the emulation.
     "kubernetes": ("kubernetes", {}),
