@@ -3,8 +3,8 @@
 Why apart from `rtax.substrates.docker`: none of this is a rollout's work. A Docker figure
 depends on the runtime as the engine really runs it (runc, or runsc with a platform and a
 network mode) and on the image's workload toolchain, so both go into provenance
-(docs/substrates/docker.md); and T2 needs the address at which a container reaches this host. Each is
-asked once and cached, never inside a phase.
+(docs/substrates/docker.md); and T2 needs the address at which a container reaches this host.
+Each is asked once and cached, never inside a phase.
 """
 
 from __future__ import annotations
