@@ -72,8 +72,8 @@ def fast(emulation: Ec2Emulation) -> Ec2Substrate:
     the first ready attempt waits inside `run` until the agent is online.)"""
     return Ec2Substrate(
         name="ec2-fast",
-        throttle_backoff_s=0.01,
-        throttle_attempts=4,
+        rate_limit_base_s=0.01,
+        rate_limit_attempts=4,
         state_poll_interval_s=0.05,
         **emulation.substrate_params(),
     )
@@ -164,6 +164,7 @@ def test_milestones_and_provenance(emulation: Ec2Emulation, store: Store) -> Non
     described = sub.describe()
     assert described["ami"] == emulation.ami and described["endpoint"] == emulation.url
     assert set(described["client"]) == {"boto3", "botocore"}
+    assert described["rate_limit"]["attempts"] == 8  # figures under throttling depend on it
 
 
 # -- failures, each through run_rollout and the store -----------------------------------------
@@ -192,6 +193,15 @@ def test_throttling_is_retried_then_succeeds(
     assert row["status"] == "ok", row["error_message"]
     assert emulation.requests["ec2:RunInstances"] == 3
     assert emulation.requests["ssm:SendCommand"] == 2 + 2  # ready + action, 2 throttled
+    # every wait is in the sample it slowed down, the launch's included
+    waits = json.loads(record.run["provenance"])["rate_limit_waits"]
+    assert [(w["call"], w["attempt"]) for w in waits] == [
+        ("RunInstances", 1),
+        ("RunInstances", 2),
+        ("SendCommand", 1),
+        ("SendCommand", 2),
+        ("GetCommandInvocation", 1),
+    ]
     assert_clean(fast, record)
 
 
@@ -202,18 +212,18 @@ def test_persistent_ec2_throttling_is_rate_limited(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store, action: str, phase: str
 ) -> None:
     # throttled for every attempt of one call, then answered (so that cleanup can run)
-    emulation.faults.fail(action, code="RequestLimitExceeded", times=fast.throttle_attempts)
+    emulation.faults.fail(action, code="RequestLimitExceeded", times=fast.rate_limit.attempts)
     row = _saved(store, run_rollout(fast, workloads.build("T0")))
     assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
     assert "RequestLimitExceeded" in row["error_message"]
-    assert f"after {fast.throttle_attempts} attempts" in row["error_message"]
+    assert f"after {fast.rate_limit.attempts} attempts" in row["error_message"]
     assert row[f"{phase}_s"] is not None and row["ready_s"] is None
     if action == "DescribeInstances":
         assert row["cleanup_ok"] == 1
         assert [lo for lo in fast.leftovers() if lo.run_id == row["run_id"]] == []
     else:
         assert row["cleanup_ok"] is None
-        assert emulation.requests["ec2:RunInstances"] == fast.throttle_attempts
+        assert emulation.requests["ec2:RunInstances"] == fast.rate_limit.attempts
 
 
 class _Before:
@@ -227,7 +237,7 @@ class _Before:
         return getattr(self.inner, attr)
 
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
-        if env.handle.get("first_command"):  # ready: a first command succeeded
+        if any(m.name == "first_command" for m in env.milestones):  # ready: one succeeded
             self.calls += 1
             if self.calls == self.n:
                 self.hook(env)
@@ -244,7 +254,7 @@ def test_persistent_ssm_throttling_during_actions_is_rate_limited(
     row = _saved(store, run_rollout(sub, workloads.build("T0")))
     assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
     assert "ThrottlingException" in row["error_message"]
-    assert emulation.requests["ssm:SendCommand"] == 1 + fast.throttle_attempts
+    assert emulation.requests["ssm:SendCommand"] == 1 + fast.rate_limit.attempts
     assert row["cleanup_ok"] == 1
 
 
@@ -275,17 +285,36 @@ def test_instance_terminated_mid_rollout_is_environment_lost(
     assert row["cleanup_ok"] == 1
 
 
-def test_no_answer_past_the_grace_is_cancelled_client_side(
+def test_a_timeout_is_enforced_on_the_instance_not_in_whole_seconds(
     emulation: Ec2Emulation, store: Store
 ) -> None:
-    """SSM's executionTimeout is whole seconds (here 1 s); with a 0.2 s timeout and 0.1 s of
-    grace, the client gives up first: it cancels the command and reports a timeout."""
-    sub = Ec2Substrate(command_grace_s=0.1, poll_interval_s=0.05, **emulation.substrate_params())
-    hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.2),))
+    """SSM's executionTimeout is whole seconds; the kit's ``timeout`` wrapper stops the command
+    at its own timeout, and SSM is never asked to cancel it."""
+    sub = Ec2Substrate(poll_interval_s=0.05, **emulation.substrate_params())
+    hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.3),))
     row = _saved(store, run_rollout(sub, hang))
     assert row["error_class"] == "action_timeout"
+    assert "killed after 0.3 s (exit 124)" in row["error_message"]
+    assert 0.3 <= row["actions_s"] < 0.9  # SSM alone would have stopped it at 2 s
+    assert emulation.requests["ssm:CancelCommand"] == 0
+
+
+def test_no_result_past_the_backstop_is_cancelled_client_side(
+    emulation: Ec2Emulation, store: Store
+) -> None:
+    """When SSM never reports an outcome (here the invocation stays invisible), the client gives
+    up at the backstop (`kit.call_timeout`: 0.2 s, ``timeout``'s 1 s kill grace and 0.1 s of
+    `command_grace_s`), cancels the command and reports a timeout."""
+    sub = Ec2Substrate(command_grace_s=0.1, poll_interval_s=0.05, **emulation.substrate_params())
+
+    def unreported(env: Environment) -> None:
+        emulation.faults.fail("GetCommandInvocation", code="InvocationDoesNotExist", times=None)
+
+    hang = Workload("T0", 0, 0, actions=(Action("exec", "sleep 30", timeout_s=0.2),))
+    row = _saved(store, run_rollout(_Before(sub, 1, unreported), hang))
+    assert row["error_class"] == "action_timeout"
     assert "cancelled" in row["error_message"]
-    assert 0.3 <= row["actions_s"] < 1.0
+    assert 1.3 <= row["actions_s"] < 2.5
     assert emulation.requests["ssm:CancelCommand"] == 1
 
 
