@@ -52,7 +52,7 @@ class TestKubernetesContract(SubstrateContract):
 
 @pytest.fixture
 def k8s(emulation: KubernetesEmulation) -> KubernetesSubstrate:
-    return _sub(emulation, backoff_base_s=0.01, backoff_max_s=0.05)
+    return _sub(emulation, rate_limit_base_s=0.01, rate_limit_max_s=0.05)
 
 
 def _posts(emulation: KubernetesEmulation) -> int:
@@ -142,7 +142,7 @@ def test_create_refused_is_create_failed(
 
 def test_rate_limit_retried_then_succeeds(emulation: KubernetesEmulation) -> None:
     # No event watch: the injected watch 429 must reach the pod watch, not the events thread.
-    sub = _sub(emulation, backoff_base_s=0.01, backoff_max_s=0.05, watch_events=False)
+    sub = _sub(emulation, rate_limit_base_s=0.01, rate_limit_max_s=0.05, watch_events=False)
     before = list(emulation.requests)
     emulation.faults.fail("create", 429, times=2, retry_after=0)
     emulation.faults.fail("exec", 429, times=1, retry_after=0)
@@ -156,6 +156,17 @@ def test_rate_limit_retried_then_succeeds(emulation: KubernetesEmulation) -> Non
     assert len(execs) == 3  # ready, echo, and one retry
     starting = made[: execs[0]]  # the refused pod watch, then its retry
     assert sum(1 for m, p in starting if m == "GET" and p.endswith("/pods")) == 2
+    # Every wait is in the sample's provenance, with the policy that chose it.
+    provenance = json.loads(record.run["provenance"])
+    waits = [(w["call"], w["attempt"], w["retry_after_s"]) for w in provenance["rate_limit_waits"]]
+    assert waits == [
+        ("pod create", 1, 0.0),
+        ("pod create", 2, 0.0),
+        ("pod watch", 1, 0.0),
+        ("exec", 1, None),  # a refused upgrade's headers are not kept
+    ]
+    policy = provenance["substrate"]["rate_limit"]
+    assert (policy["attempts"], policy["base_s"], policy["max_s"]) == (6, 0.01, 0.05)
 
 
 def test_samples_from_the_emulation_are_never_labelled_real(
@@ -168,7 +179,7 @@ def test_samples_from_the_emulation_are_never_labelled_real(
 def test_persistent_rate_limit_is_rate_limited(
     emulation: KubernetesEmulation, store: Store
 ) -> None:
-    sub = _sub(emulation, max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05)
+    sub = _sub(emulation, rate_limit_attempts=3, rate_limit_base_s=0.01, rate_limit_max_s=0.05)
     before = _posts(emulation)
     emulation.faults.fail("create", 429, times=100, retry_after=1)
     t0 = clock()
@@ -176,7 +187,7 @@ def test_persistent_rate_limit_is_rate_limited(
     row = _stored(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "rate_limited")
     assert _posts(emulation) - before == 3
-    assert clock() - t0 < 5  # Retry-After is honoured only up to backoff_max_s
+    assert clock() - t0 < 5  # Retry-After is the wait only up to rate_limit_max_s
 
 
 def test_create_answer_lost_is_create_timeout_and_nothing_left(
