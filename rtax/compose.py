@@ -14,8 +14,10 @@ of the protocol is a change of one line.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import tomllib
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -180,6 +182,9 @@ class Composition:
         #: host address -> git server (one per address the substrates reach)
         self.servers: dict[str, GitServer] = {}
         self._servers_lock = threading.Lock()
+        #: the substrates `build` made and someone still holds, closed by `close` (held weakly:
+        #: a scheduler builds one per rollout)
+        self._built: list[weakref.ref[Substrate]] = []
 
     # -- names -> substrates -----------------------------------------------------------------
 
@@ -227,7 +232,10 @@ class Composition:
     def build(self, conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Substrate:
         """The substrate of an entry (see `entry`), its errors as they come (the scheduler
         records them as the rollout's failure)."""
-        return self.factory(conf, overrides or {})
+        substrate = self.factory(conf, overrides or {})
+        with contextlib.suppress(TypeError):  # a test's stand-in may not take a weak reference
+            self._built = [r for r in self._built if r() is not None] + [weakref.ref(substrate)]
+        return substrate
 
     def substrate(self, name: str, **overrides: Any) -> Substrate:
         """The substrate called `name` (overrides of None are dropped); every way it can't be
@@ -359,8 +367,16 @@ class Composition:
         return open_store(self.database, create=create)
 
     def close(self) -> None:
-        """Stop the git servers, then the emulations this composition started (the last
-        started first); idempotent."""
+        """Close the substrates it built that are still held (their clients and connections,
+        e.g. Daytona's event stream, go before the emulations they talk to), stop the git
+        servers, then the emulations this composition started (the last started first);
+        idempotent."""
+        built, self._built = self._built, []
+        for ref in built:
+            substrate = ref()
+            if substrate is not None:
+                with contextlib.suppress(Exception):  # releasing, not measuring
+                    substrate.close()
         with self._servers_lock:
             servers, self.servers = list(self.servers.values()), {}
         for server in servers:

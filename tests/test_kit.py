@@ -12,12 +12,14 @@ import pytest
 from rtax.substrates import kit
 from rtax.substrates.base import (
     LABEL,
+    CleanupFailed,
     CommandResult,
     CommandTimeout,
     Environment,
     Leftover,
     RateLimited,
     RateLimitWait,
+    clock,
 )
 
 
@@ -217,3 +219,27 @@ def test_first_command_is_marked_once_at_the_first_success() -> None:
     kit.first_command(env, CommandResult(0, "", "", 0.1))
     kit.first_command(env, CommandResult(0, "", "", 0.1))
     assert [m.name for m in env.milestones] == ["first_command"]
+
+
+def test_a_removal_is_confirmed_by_polling_and_its_resolution_kept() -> None:
+    env = Environment("e", "r")
+    answers = iter([None, None, True])
+    kit.confirm_removed(
+        env,
+        lambda: next(answers),
+        interval_s=0.001,
+        deadline=clock() + 30,
+        still_there=lambda: CleanupFailed("still there"),
+    )
+    assert [m.name for m in env.milestones] == ["removed"]
+    assert env.resolution["cleanup"] > 0  # found on a later poll: its gap is disclosed
+    stuck = Environment("e", "r")
+    with pytest.raises(CleanupFailed, match="still there"):
+        kit.confirm_removed(
+            stuck,
+            lambda: None,
+            interval_s=0.001,
+            deadline=clock() + 0.05,
+            still_there=lambda: CleanupFailed("still there"),
+        )
+    assert stuck.milestones == [] and "cleanup" not in stuck.resolution

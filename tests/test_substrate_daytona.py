@@ -50,7 +50,7 @@ def _no_faults_left(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def _substrate(emu: DaytonaEmulation, **overrides) -> DaytonaSubstrate:
-    params = {**emu.substrate_params(), "backoff_s": 0.01, **overrides}
+    params = {**emu.substrate_params(), "rate_limit_base_s": 0.01, **overrides}
     sub = get_substrate("daytona", **params)
     assert isinstance(sub, DaytonaSubstrate)
     return sub
@@ -175,6 +175,14 @@ def test_rate_limited_create_is_retried_then_succeeds(
     assert record.ok, record.run
     assert len(emulation.requests_for("create")) - before == 3
     assert_clean(daytona_exec, record)
+    # the sample says what rate limiting cost it, and under which policy
+    provenance = json.loads(record.run["provenance"])
+    waits = provenance["rate_limit_waits"]
+    assert [(w["call"], w["attempt"]) for w in waits] == [
+        ("create sandbox", 1),
+        ("create sandbox", 2),
+    ]
+    assert provenance["substrate"]["rate_limit"]["base_s"] == 0.01
 
 
 def test_rate_limited_exec_is_retried_then_succeeds(
@@ -342,7 +350,7 @@ def test_api_key_never_reaches_the_store_or_describe(
     conf = SubstrateConfig(
         name="daytona",
         kind="daytona",
-        params={**params, "api_key_env": "RTAX_TEST_DAYTONA_KEY", "backoff_s": 0.01},
+        params={**params, "api_key_env": "RTAX_TEST_DAYTONA_KEY", "rate_limit_base_s": 0.01},
     )
     sub = build_substrate(conf, {})
     assert isinstance(sub, DaytonaSubstrate)

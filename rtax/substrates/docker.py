@@ -240,16 +240,15 @@ class DockerSubstrate:
                 raise CleanupFailed(f"verify removal of {env.env_id[:12]}: {exc}") from exc
             return None
 
-        found = kit.poll(
+        kit.confirm_removed(
+            env,
             gone,
             interval_s=POLL_INTERVAL_S,
             deadline=deadline,
-            timeout=lambda: CleanupFailed(
+            still_there=lambda: CleanupFailed(
                 f"container {env.env_id[:12]} still exists after removal"
             ),
         )
-        env.resolved("cleanup", found.resolution_s)
-        env.mark("removed")
 
     def leftovers(self) -> list[Leftover]:
         # Only this substrate's own (docker and docker-gvisor share an engine).

@@ -12,7 +12,7 @@ read, how an error is classified) and takes the rest from here:
 - rate limits: one `RetryPolicy` (attempts, exponential backoff from `base_s` capped at `max_s`,
   a deadline), one rule for Retry-After, and every wait recorded (`RateLimitWait`).
 - polling: `poll` (`rtax.substrates.poll`): a fixed interval, a deadline, and the resolution
-  disclosed.
+  disclosed; `confirm_removed`, the poll that ends every cleanup.
 - command timeouts: the in-environment ``timeout`` wrapper (`timeout_argv`), the rule that tells
   a command it killed from one that exited 124 by itself (`raise_if_timed_out`), and the bound
   of the API call that carries a command (`call_timeout`).
@@ -48,6 +48,7 @@ __all__ = [
     "Polled",
     "RetryPolicy",
     "call_timeout",
+    "confirm_removed",
     "first_command",
     "labels",
     "leftover",
@@ -239,6 +240,25 @@ class RetryPolicy:
             "retry_after": "used as the wait, capped at max_s",
             "jitter": getattr(self.jitter, "__name__", "custom"),
         }
+
+
+# -- verified removal ---------------------------------------------------------------------------
+
+
+def confirm_removed(
+    env: Environment,
+    gone: Callable[[], bool | None],
+    *,
+    interval_s: float,
+    deadline: float,
+    still_there: Callable[[], Exception],
+) -> None:
+    """After a delete: poll `gone` until it says the environment is gone, record the poll's
+    resolution as the cleanup phase's and mark ``removed``; `still_there()` is raised at the
+    deadline. Deletion is asynchronous almost everywhere, and "cleanup" means verified gone."""
+    found = poll(gone, interval_s=interval_s, deadline=deadline, timeout=still_there)
+    env.resolved("cleanup", found.resolution_s)
+    env.mark("removed")
 
 
 # -- command timeouts -------------------------------------------------------------------------
