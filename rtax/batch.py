@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,6 +60,7 @@ def probe(
     mode: str | None = None,
     log: Callable[[str], None] | None = None,
     progress: bool = False,
+    stop: threading.Event | None = None,
 ) -> Batch:
     """Run `repeat` rollouts of `tier` on the substrate called `substrate` (configured in
     `config`, else built in) and store each in `db` (default data/rtax.db).
@@ -66,7 +68,9 @@ def probe(
     T2 clones from `repo_url`: ``serve`` (the fixture over git:// for this batch), ``path``
     (the fixture by path; local only) or any git URL, at `commit` with `fix_patch` fixing
     `failing_test` (each defaulting to the fixture's). Mistakes are refused before any slow
-    work, as one-line errors (`ComposeError`, `WorkloadError`, ...)."""
+    work, as one-line errors (`ComposeError`, `WorkloadError`, ...). `stop`, once set, ends the
+    batch like Ctrl-C (the rollout in progress stops at its next step, cleans up and is not
+    stored), even when the signal's own exception was lost."""
     workloads.validate(tier, steps)
     check_database(db)
     t2_only = [
@@ -111,13 +115,15 @@ def probe(
             workload = workloads.build(tier, steps=steps, seed=seed, source=source)
             if action_timeout is not None:
                 workload = with_timeout(workload, action_timeout)
-            options = ProbeOptions(deadline_s=deadline)
+            options = ProbeOptions(deadline_s=deadline, cancel=stop)
             label = f"{substrate} {tier}" + (f" S={steps}" if steps else "")
             bar = _progress(repeat, label) if progress else _NoBar()
             try:
                 with bar:
                     for _ in range(repeat):
+                        _stop_if_asked(stop)
                         record = run_rollout(sub, workload, options=options)
+                        _stop_if_asked(stop)  # half a rollout is no sample: not stored
                         store.save_rollout(record)
                         batch.records.append(record)
                         wall = record.run["wall_s"]
@@ -126,6 +132,11 @@ def probe(
             except KeyboardInterrupt as exc:
                 batch.interrupted = exc
     return batch
+
+
+def _stop_if_asked(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise KeyboardInterrupt
 
 
 def with_timeout(workload: workloads.Workload, timeout_s: float) -> workloads.Workload:

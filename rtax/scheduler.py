@@ -147,13 +147,15 @@ class Prober:
             self.lock.release()
             raise
 
-    def serve(self) -> None:
-        """`start`, then run until interrupted (Ctrl-C or SIGTERM raise out of the wait), then
-        `stop`: rollouts in flight end at their next step, clean up and are not recorded; the
-        lock goes last, so no second scheduler can overlap this one."""
+    def serve(self, until: threading.Event | None = None) -> None:
+        """`start`, then run until interrupted (Ctrl-C or SIGTERM raise out of the wait, and
+        set `until`, in case the exception was lost), then `stop`: rollouts in flight end at
+        their next step, clean up and are not recorded; the lock goes last, so no second
+        scheduler can overlap this one."""
         self.start()
         try:
-            self.stopped.wait()
+            while not self.stopped.is_set() and not (until is not None and until.is_set()):
+                self.stopped.wait(0.25)  # supervising the two flags, not timing anything
         finally:
             self.stop(wait=True)
 
