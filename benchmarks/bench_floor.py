@@ -47,7 +47,7 @@ def _by_category(record) -> dict[str, list[float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50, help="actions per trajectory")
-    parser.add_argument("--rounds", type=int, default=4, help="rollouts per side, alternating")
+    parser.add_argument("--rounds", type=int, default=8, help="rollouts per side, alternating")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
