@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from rtax import __version__, fixtures, toolchain, workloads
+from rtax import __version__, fixtures, stopping, toolchain, workloads
 from rtax.compose import ComposeError
 from rtax.config import ConfigError
 from rtax.fixtures import FixtureError
 from rtax.image import ImageError
 from rtax.probe import HarnessError
+from rtax.stopping import STOP, Terminated, signals
 from rtax.store import StoreError
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates import names as builtin_names
@@ -160,15 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "health": cmd_health,
         "emulate": cmd_emulate,
     }[args.command]
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    previous_int = signal.signal(signal.SIGINT, _interrupt)
-    _STOP.clear()
-    _RECEIVED.clear()
     try:
-        code = handler(args)
-        if _RECEIVED:  # the signal's exception was lost in a finalizer; its flag was not
-            raise Terminated if _RECEIVED[0] == signal.SIGTERM else KeyboardInterrupt
-        return code
+        with signals():
+            return handler(args)
     except Terminated:
         print(f"rtax {args.command}: terminated; cleaned up", file=sys.stderr)
         return EXIT_TERMINATED
@@ -182,32 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, *_ONE_LINE) as exc:
         print(f"rtax {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into the same path as Ctrl-C: clean up, record nothing half-done."""
-
-
-#: Set by SIGTERM and SIGINT, beside the exception their handlers raise. Python drops an
-#: exception raised while a finalizer runs (a Popen's ``__del__``: "Exception ignored in ..."),
-#: so a signal that lands there would be lost; every long wait also watches this flag.
-_STOP = threading.Event()
-_RECEIVED: list[int] = []
-
-
-def _terminate(signum: int, frame: object) -> None:
-    _RECEIVED.append(signum)
-    _STOP.set()
-    raise Terminated
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    _RECEIVED.append(signum)
-    _STOP.set()
-    raise KeyboardInterrupt
 
 
 def _stderr(message: str) -> None:
@@ -234,10 +201,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
         mode=args.mode,
         log=None if args.quiet else _stderr,
         progress=not args.quiet,
-        stop=_STOP,
+        stop=STOP,
     )
     if done.interrupted is not None:
-        terminated = isinstance(done.interrupted, Terminated) or signal.SIGTERM in _RECEIVED
+        terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
         print(
             f"\n{'terminated' if terminated else 'interrupted'}: {len(done.records)} rollouts "
             "saved; the one in progress was cleaned up and not recorded",
@@ -334,7 +301,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     )
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
-        Prober(conf).serve(until=_STOP)  # until Ctrl-C or SIGTERM
+        Prober(conf).serve(until=STOP)  # until Ctrl-C or SIGTERM
     except LockHeld as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # e.g. a required (non-optional) substrate is not usable here
@@ -349,7 +316,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     from rtax.compose import serve_emulations
 
     kinds = list(dict.fromkeys(args.kinds)) or emulation.kinds()
-    serve_emulations(kinds, _stderr, until=_STOP.wait)  # until Ctrl-C or SIGTERM
+    serve_emulations(kinds, _stderr, until=STOP.wait)  # until Ctrl-C or SIGTERM
     return 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax import batch, cli
+from rtax import batch, cli, stopping
 from rtax.store import Store
 
 
@@ -51,5 +51,5 @@ def test_sigterm_lost_in_a_finalizer_still_ends_the_cli_with_143(
     monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(u.exc_value))
     monkeypatch.setattr(cli, "cmd_config", config_check)
     assert cli.main(["config", "check"]) == cli.EXIT_TERMINATED
-    assert [type(e) for e in lost] == [cli.Terminated]  # the exception really was lost
+    assert [type(e) for e in lost] == [stopping.Terminated]  # the exception really was lost
     assert "terminated; cleaned up" in capsys.readouterr().err
