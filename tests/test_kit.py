@@ -19,6 +19,7 @@ from rtax.substrates.base import (
     Leftover,
     RateLimited,
     RateLimitWait,
+    ReadyTimeout,
     clock,
 )
 
@@ -243,3 +244,36 @@ def test_a_removal_is_confirmed_by_polling_and_its_resolution_kept() -> None:
             still_there=lambda: CleanupFailed("still there"),
         )
     assert stuck.milestones == [] and "cleanup" not in stuck.resolution
+
+
+def test_a_start_is_confirmed_by_polling_and_its_resolution_kept() -> None:
+    env = Environment("e", "r")
+    answers = iter([None, True])
+    kit.confirm_running(
+        env,
+        lambda: next(answers),
+        interval_s=0.001,
+        timeout_s=30,
+        not_running=lambda: ReadyTimeout("not running"),
+    )
+    assert [m.name for m in env.milestones] == ["running"]
+    assert env.resolution["orchestration"] > 0  # seen on the second poll: its gap is disclosed
+    at_once = Environment("e", "r")
+    kit.confirm_running(
+        at_once,
+        lambda: True,
+        interval_s=0.001,
+        timeout_s=30,
+        not_running=lambda: ReadyTimeout("not running"),
+    )
+    assert at_once.resolution["orchestration"] == 0.0  # running before the first look
+    stuck = Environment("e", "r")
+    with pytest.raises(ReadyTimeout, match="not running"):
+        kit.confirm_running(
+            stuck,
+            lambda: None,
+            interval_s=0.001,
+            timeout_s=0.05,
+            not_running=lambda: ReadyTimeout("not running"),
+        )
+    assert stuck.milestones == [] and "orchestration" not in stuck.resolution

@@ -153,14 +153,13 @@ class DockerSubstrate:
                     raise EnvironmentLost(f"container exited at start: {state.get('Error')}")
                 return True if state.get("Running") else None
 
-            found = kit.poll(
+            kit.confirm_running(
+                env,
                 running,
                 interval_s=POLL_INTERVAL_S,
-                deadline=clock() + timeout_s,
-                timeout=lambda: ReadyTimeout(f"container not running after {timeout_s:g} s"),
+                timeout_s=timeout_s,
+                not_running=lambda: ReadyTimeout(f"container not running after {timeout_s:g} s"),
             )
-            env.resolved("orchestration", found.resolution_s)
-            env.mark("running")
         except errors.NotFound as exc:
             raise EnvironmentLost(f"container {cid[:12]} vanished at start") from exc
         except errors.APIError as exc:

@@ -245,6 +245,22 @@ class RetryPolicy:
 # -- verified removal ---------------------------------------------------------------------------
 
 
+def confirm_running(
+    env: Environment,
+    running: Callable[[], bool | None],
+    *,
+    interval_s: float,
+    timeout_s: float,
+    not_running: Callable[[], Exception],
+) -> None:
+    """After a start: poll `running` until it says the environment runs, record the poll's
+    resolution as the orchestration phase's and mark ``running``; `not_running()` is raised
+    after `timeout_s`. The substrate's own "it runs" is the end of orchestration."""
+    found = poll(running, interval_s=interval_s, deadline=clock() + timeout_s, timeout=not_running)
+    env.resolved("orchestration", found.resolution_s)
+    env.mark("running")
+
+
 def confirm_removed(
     env: Environment,
     gone: Callable[[], bool | None],

@@ -208,14 +208,13 @@ class PodmanSubstrate:
                 raise EnvironmentLost(f"container {env.env_id[:12]} {state} at start")
             return True if state == "running" else None
 
-        found = kit.poll(
+        kit.confirm_running(
+            env,
             running,
             interval_s=POLL_INTERVAL_S,
-            deadline=clock() + timeout_s,
-            timeout=lambda: ReadyTimeout(f"container not running after {timeout_s:g} s"),
+            timeout_s=timeout_s,
+            not_running=lambda: ReadyTimeout(f"container not running after {timeout_s:g} s"),
         )
-        env.resolved("orchestration", found.resolution_s)
-        env.mark("running")
 
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         argv = [
