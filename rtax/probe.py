@@ -148,7 +148,7 @@ class _Rollout:
 
     def remaining(self) -> float:
         if self.opt.cancel is not None and self.opt.cancel.is_set():
-            raise Cancelled("cancelled: the scheduler is stopping")
+            raise Cancelled("cancelled: asked to stop (scheduler or CLI)")
         left = self.opt.deadline_s - (self.now() - self.t0)
         if left <= 0:
             raise DeadlineExceeded(f"rollout deadline of {self.opt.deadline_s:g} s passed")
@@ -264,7 +264,7 @@ class _Rollout:
         if cancel is None:
             self.sleep(seconds)
         elif cancel.wait(seconds):
-            raise Cancelled("cancelled: the scheduler is stopping")
+            raise Cancelled("cancelled: asked to stop (scheduler or CLI)")
 
     def body(self) -> None:
         self.env = self.timed("create", lambda: self.call("create", self.sub.create, self.run_id))
