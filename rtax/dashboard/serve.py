@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ def parse(raw: Any, bad: Callable[[str, str], None]) -> Dashboard:
     for key, check in (("address", _address), ("port", _port)):
         if key in raw:
             try:
-                found = Dashboard(**{**found.__dict__, key: check(raw[key])})
+                found = replace(found, **{key: check(raw[key])})
             except ValueError as exc:
                 bad(f"dashboard.{key}", str(exc))
     return found
