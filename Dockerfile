@@ -2,11 +2,17 @@
 #
 #   docker build -t rtax-app .                                   # official Python image (registry)
 #   docker build -t rtax-app --build-arg BASE=rtax-base:bookworm .   # registry-free (CI does this)
-#   docker run -p 8501:8501 -v rtax-data:/app/data rtax-app
+#   docker run -p 127.0.0.1:8501:8501 -v rtax-data:/app/data rtax-app
+#
+# The dashboard listens on every interface *of the container* (RTAX_DASHBOARD_ADDRESS below), so
+# that a port mapping reaches it; which host interface it is published on is the `-p` mapping's
+# choice: 127.0.0.1 as above, or behind an authenticating proxy (README: the dashboard).
 #
 # The Docker socket is never mounted unless you ask for the docker substrates:
-#   docker run --network host -v /var/run/docker.sock:/var/run/docker.sock \
+#   docker run --network host -e RTAX_DASHBOARD_ADDRESS=127.0.0.1 \
+#       -v /var/run/docker.sock:/var/run/docker.sock \
 #       --group-add "$(stat -c %g /var/run/docker.sock)" -v rtax-data:/app/data rtax-app
+# (with --network host the container's interfaces are the host's: hence 127.0.0.1 there)
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
@@ -47,6 +53,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     RTAX_FIXTURES_DIR=/opt/rtax/fixtures \
     RTAX_TOOLCHAIN_DIR=/opt/rtax/toolchain \
     RTAX_CONFIG=/app/rtax.toml \
+    RTAX_DASHBOARD_ADDRESS=0.0.0.0 \
     PYTHONUNBUFFERED=1
 USER rtax
 VOLUME ["/app/data"]

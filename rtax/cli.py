@@ -129,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config_sub.add_parser("check", parents=[conf], help="validate it: a line per mistake, exit 2")
     health = sub.add_parser("health", parents=[conf], help="the app image's healthcheck")
-    health.add_argument("--url", default="http://127.0.0.1:8501/_stcore/health")
+    health.add_argument("--url", help="default: the dashboard's, from the configuration")
+    dash = sub.add_parser("dashboard", parents=[conf], help="serve the dashboard (127.0.0.1)")
+    dash.add_argument("--address", help="listen here (default: [dashboard] address, 127.0.0.1)")
+    dash.add_argument("--port", type=number(int, low=1, high=65535), help="default: 8501")
 
     from rtax.emulation import kinds
 
@@ -157,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schedule": cmd_schedule,
         "config": cmd_config,
         "health": cmd_health,
+        "dashboard": cmd_dashboard,
         "emulate": cmd_emulate,
     }[args.command]
     try:
@@ -320,10 +324,38 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Replace this process by `streamlit run` on the resolved address (docs/dashboard.md)."""
+    import os
+
+    from rtax import config
+    from rtax.dashboard import serve
+
+    conf = config.load(args.config)
+    try:
+        where = serve.resolve(conf.dashboard, args.address, args.port)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.config:  # the pages read the same file
+        os.environ["RTAX_CONFIG"] = str(args.config)
+    print(f"rtax dashboard: http://{where.address}:{where.port}", file=sys.stderr, flush=True)
+    argv = serve.command(where)
+    os.execv(argv[0], argv)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
+    from rtax import config
+    from rtax.dashboard import serve
     from rtax.lock import health
 
-    problems = health(args.url, args.config)
+    url = args.url
+    if url is None:
+        try:
+            configured = config.load(args.config).dashboard
+        except ConfigError:
+            configured = serve.Dashboard()  # health() reports the configuration's problem
+        url = serve.resolve(configured).health_url
+    problems = health(url, args.config)
     for problem in problems:
         print(f"rtax health: {problem}", file=sys.stderr)
     return 1 if problems else 0

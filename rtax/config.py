@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rtax import paths, workloads
+from rtax.dashboard.serve import Dashboard
+from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
 from rtax.substrates import REGISTRY, get_substrate, substrate_class
@@ -95,6 +97,8 @@ class Config:
     concurrency: int
     deadline_s: float
     misfire_grace_s: float
+    #: where the dashboard listens (docs/dashboard.md#serving): 127.0.0.1 unless opened
+    dashboard: Dashboard = field(default_factory=Dashboard)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -172,7 +176,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     def bad(key: str, message: str) -> None:
         problems.append(f"{where}{key}: {message}")
 
-    known = {"database", "substrates", "plans", "retention", "scheduler"}
+    known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -389,6 +393,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             bad(f"scheduler.{key}", str(exc))
             seconds[key] = duration(default)
 
+    dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -400,4 +405,5 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         concurrency,
         seconds["deadline"],
         seconds["misfire_grace"],
+        dashboard,
     )

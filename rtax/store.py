@@ -35,9 +35,12 @@ class StoreError(RuntimeError):
 class Store:
     """One SQLite database of rtax samples. Open one per thread (sqlite's rule)."""
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(self, path: str | Path, *, create: bool = True, read_only: bool = False) -> None:
+        """Open (by default create) the database and upgrade it. `read_only` (the dashboard)
+        never writes: no WAL switch, no migration, SQLite's ``mode=ro``; a file of an older
+        schema is refused with a message instead of being upgraded."""
         self.path = Path(path)
-        if not create and not self.path.is_file():
+        if (read_only or not create) and not self.path.is_file():
             raise StoreError(f"no database at {self.path}")
         if not self.path.parent.is_dir():
             raise StoreError(
@@ -47,21 +50,29 @@ class Store:
         # opens none before DDL, and a half-applied migration must roll back.
         if self.path.is_dir():
             raise StoreError(f"cannot open database {self.path}: it is a folder")
+        target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
         try:
-            conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+            conn = sqlite3.connect(target, timeout=30, isolation_level=None, uri=read_only)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         try:
             self.db = sqlite_utils.Database(conn)
-            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.execute("PRAGMA query_only = ON" if read_only else "PRAGMA foreign_keys = ON")
             if self.version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has schema version {self.version}, newer than this rtax "
                     f"understands ({SCHEMA_VERSION}); upgrade rtax"
                 )
-            if self.db.journal_mode != "wal":
+            if read_only and self.version < SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {self.version}, older than this rtax's "
+                    f"({SCHEMA_VERSION}); it is read as it is, never upgraded here: run the "
+                    "scheduler (or `rtax probe --db` on it) once to upgrade it"
+                )
+            if not read_only and self.db.journal_mode != "wal":
                 self.db.enable_wal()
-            self.migrate()
+            if not read_only:
+                self.migrate()
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"cannot use {self.path} as an rtax database: {exc}") from exc

@@ -4,8 +4,9 @@
 set -eu
 rtax schedule &
 scheduler=$!
-streamlit run /app/app.py --server.headless true --server.address 0.0.0.0 \
-    --server.port 8501 --browser.gatherUsageStats false &
+# on $RTAX_DASHBOARD_ADDRESS, which the Dockerfile sets to 0.0.0.0: the container's own
+# interfaces, reached only through a port mapping (docs/container.md: -p 127.0.0.1:8501:8501)
+rtax dashboard &
 dashboard=$!
 trap 'kill $scheduler $dashboard 2>/dev/null' INT TERM
 # Wait until one of them exits, then stop the other.

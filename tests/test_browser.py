@@ -122,22 +122,10 @@ def _free_port() -> int:
 def server(seeded_db: Path) -> Iterator[str]:
     port = _free_port()
     env = {**os.environ, "RTAX_DB": str(seeded_db)}
+    env.pop("RTAX_DASHBOARD_ADDRESS", None)
+    # the launcher `make run` uses, on its default address (127.0.0.1)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app.py"),
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
+        [sys.executable, "-m", "rtax", "dashboard", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -510,3 +510,19 @@ def test_export_counts_rows_not_lines(store: Store, tmp_path: Path) -> None:
     assert store.export_csv("actions", out) == 2
     back = pd.read_csv(out)
     assert len(back) == 2 and back["command"].iloc[1].count("\n") == 3
+
+
+def test_a_read_only_store_reads_and_can_not_write(db_path: Path) -> None:
+    """The dashboard's store (docs/dashboard.md#read-only): it reads what a writer saved, and
+    SQLite itself refuses any write through it, so no code path of the dashboard can write."""
+    with pytest.raises(StoreError, match="no database"):
+        Store(db_path, read_only=True)
+    assert not db_path.exists()
+    with Store(db_path) as writer:
+        writer.save_rollout(make_record("r1"))
+        with Store(db_path, read_only=True) as reader:
+            assert reader.runs()["run_id"].tolist() == ["r1"]
+            with pytest.raises(StoreError, match="readonly"):
+                reader.save_rollout(make_record("r2"))
+    with raw(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 1

@@ -85,6 +85,36 @@ def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
     assert not _alive(f"sleep {marker}")
 
 
+def test_destroy_kills_what_a_command_left_behind_and_never_a_reused_group(
+    tmp_path: Path,
+) -> None:
+    """A command's process group id is only a number once the command exits: the kernel may
+    give it to an unrelated process. Simulated here by a foreign `sleep` in its own session
+    whose group id stands where an exited command's was; destroy must spare it, and still kill
+    the background processes commands left, in their group or in a session of their own."""
+    sub = LocalSubstrate(root=tmp_path / "envs", toolchain=tmp_path)  # no toolchain needed
+    env = sub.create("reuse")
+    foreign = subprocess.Popen(["sleep", "27.1828"], start_new_session=True)
+    try:
+        assert sub.run(env, "true", 10).exit_code == 0  # a group that was used and exited
+        left = sub.run(env, "sleep 27.1829 >/dev/null 2>&1 &", 10)
+        escaped = sub.run(env, "setsid sleep 27.1830 >/dev/null 2>&1 &", 10)
+        assert left.exit_code == escaped.exit_code == 0
+        deadline = time.monotonic() + 10
+        while not (_alive("sleep 27.1829") and _alive("sleep 27.1830")):
+            assert time.monotonic() < deadline, "the background sleeps never started"
+            time.sleep(0.05)  # polling the process table with a deadline
+        # as if the kernel had reused an exited command's group id for the foreign process
+        env.handle.setdefault("groups", set()).add(os.getpgid(foreign.pid))
+        sub.destroy(env, 10)
+        assert foreign.poll() is None, "destroy killed a process that is not the environment's"
+        assert not _alive("sleep 27.1829") and not _alive("sleep 27.1830")
+        assert not Path(env.env_id).exists()
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
 def test_clone_by_path(local: LocalSubstrate, attrs_fixture: Fixture) -> None:
     source = RepoSource(
         str(attrs_fixture.bare_repo),

@@ -18,7 +18,7 @@ import streamlit as st
 
 from rtax import paths, stats
 from rtax.record import PAGE_COLUMNS, RUN_COLUMNS
-from rtax.store import Store
+from rtax.store import Store, StoreError
 
 TTL_S = 10
 
@@ -78,10 +78,23 @@ def _query(key: FilterKey, now: datetime | None = None) -> dict[str, Any]:
 
 
 def _open(db: str) -> Store | None:
-    """The store, or None when there is no database yet (an empty dashboard, not an error)."""
+    """The store, read-only, or None when there is no database yet (an empty dashboard, not an
+    error). Read-only because the dashboard writes nothing (docs/dashboard.md): it neither
+    switches the journal nor migrates a file the scheduler owns."""
     if not Path(db).is_file():
         return None
-    return Store(db, create=False)
+    return Store(db, read_only=True)
+
+
+def unreadable(db: str) -> str | None:
+    """Why the dashboard can't read `db` (e.g. an older schema it must not upgrade), or None."""
+    try:
+        store = _open(db)
+    except StoreError as exc:
+        return str(exc)
+    if store is not None:
+        store.close()
+    return None
 
 
 def _empty_runs() -> pd.DataFrame:

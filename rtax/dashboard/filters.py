@@ -52,6 +52,9 @@ class Filters:
 
 def sidebar(db: str) -> Filters:
     """Draw the shared filter widgets and remember the choice for the page about to run."""
+    if data.unreadable(db) is not None:  # `current` says why, on the page
+        st.session_state[_STATE] = Filters()
+        return Filters()
     present = data.options(db)
     with st.sidebar:
         st.header("Filters")
@@ -94,5 +97,11 @@ def for_comparison(runs: pd.DataFrame, chosen: Filters) -> pd.DataFrame:
 
 
 def current() -> Filters:
-    """The filters chosen in the sidebar for this run (defaults when run without `app.py`)."""
+    """The filters chosen in the sidebar for this run (defaults when run without `app.py`).
+    Every page asks first, so a database the dashboard must not read as it is (an older
+    schema, which only a writer may upgrade) stops every page with the reason."""
+    problem = data.unreadable(data.database())
+    if problem is not None:
+        st.error(problem)
+        st.stop()
     return st.session_state.get(_STATE, Filters())

@@ -42,6 +42,10 @@ from rtax.substrates.base import (
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The label file written into every environment; its presence is what marks a leftover.
 LABEL_FILE = ".rtax-env.json"
+#: Every command's environment names its rtax environment here: what `destroy` kills is the
+#: processes that carry it, never a process group id alone (an exited group's id can be reused
+#: by an unrelated process).
+ENV_MARKER = "RTAX_ENV_ID"
 
 
 class LocalSubstrate:
@@ -108,11 +112,9 @@ class LocalSubstrate:
             if isinstance(exc, OSError):
                 raise CreateFailed(f"cannot make {workdir}: {exc}") from exc
             raise
-        command_env = {**self.command_env(), "HOME": str(workdir)}
+        command_env = {**self.command_env(), "HOME": str(workdir), ENV_MARKER: str(workdir)}
         env = Environment(
-            env_id=str(workdir),
-            run_id=run_id,
-            handle={"path": workdir, "groups": set(), "env": command_env},
+            env_id=str(workdir), run_id=run_id, handle={"path": workdir, "env": command_env}
         )
         env.mark("created")
         return env
@@ -141,7 +143,6 @@ class LocalSubstrate:
             raise ExecError(str(exc)) from exc
         except OSError as exc:
             raise ExecError(str(exc)) from exc
-        env.handle["groups"].add(proc.pid)  # killed at destroy: nothing outlives its environment
         try:
             out, err = proc.communicate(timeout=max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
@@ -171,8 +172,9 @@ class LocalSubstrate:
                 raise CleanupFailed(f"{workdir} is not an rtax environment under {self.root}")
         else:
             workdir = env.handle["path"]
-            for group in env.handle["groups"]:
-                _kill_group(group)  # background processes a command left behind
+        # background processes a command left behind (a leftover's too: its scheduler died)
+        if not _kill_marked(str(workdir), timeout_s):
+            raise CleanupFailed(f"processes of {workdir} still start after {timeout_s:.3g} s")
         try:
             shutil.rmtree(workdir)
         except FileNotFoundError:
@@ -222,6 +224,60 @@ class LocalSubstrate:
             "shell": self.shell,
             "toolchain": self.toolchain_fingerprint(),
         }
+
+
+def _kill_marked(env_id: str, timeout_s: float) -> bool:
+    """SIGKILL every process whose environment carries ``RTAX_ENV_ID=env_id``, until a pass
+    finds none and none whose environment can't be told yet; False if that takes longer than
+    `timeout_s` (some keep starting).
+
+    Why the marker and not the process groups: a command's group id outlives the command only
+    as a number, which the kernel may give to an unrelated process later; the marker is
+    inherited by whatever the command started, in any group or session. Each process is
+    signalled through a pidfd opened before its environment is read, so a pid reused between
+    the read and the kill is never hit."""
+    wanted = f"{ENV_MARKER}={env_id}".encode()
+    deadline = clock() + max(timeout_s, 1.0)
+    while True:
+        found = unsure = False
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            if pid == os.getpid():
+                continue
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue  # exited meanwhile
+            try:
+                if os.getuid() and os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                    continue  # commands run as this user; another's environment is unreadable
+                with open(f"/proc/{pid}/environ", "rb") as file:
+                    environ = file.read()
+                if not environ:
+                    unsure = unsure or _mid_exec(pid)
+                elif wanted in environ.split(b"\0"):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                    found = True
+            except OSError:
+                continue  # exited meanwhile
+            finally:
+                os.close(pidfd)
+        if not (found or unsure):
+            return True
+        if clock() > deadline:
+            return False
+
+
+def _mid_exec(pid: int) -> bool:
+    """Whether a process shows no environment only because it is inside `execve` (its new
+    memory has no environment block yet: env_end, field 51 of /proc/PID/stat, is 0), rather
+    than being a kernel thread, a zombie, or started with an empty environment."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    kernel_thread = int(fields[6]) & 0x00200000  # PF_KTHREAD
+    return fields[0] not in (b"Z", b"X") and not kernel_thread and fields[48] == b"0"
 
 
 def _kill_group(pgid: int) -> None:
