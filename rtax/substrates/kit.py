@@ -13,6 +13,8 @@ read, how an error is classified) and takes the rest from here:
   a deadline), one rule for Retry-After, and every wait recorded (`RateLimitWait`).
 - polling: `poll` (`rtax.substrates.poll`): a fixed interval, a deadline, and the resolution
   disclosed; `confirm_removed`, the poll that ends every cleanup.
+- what commands see: `command_env`, the one allow-listed environment every kind sets
+  explicitly where its API takes one, never anything of this process's environment.
 - command timeouts: the in-environment ``timeout`` wrapper (`timeout_argv`), the rule that tells
   a command it killed from one that exited 124 by itself (`raise_if_timed_out`), and the bound
   of the API call that carries a command (`call_timeout`).
@@ -29,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from rtax.substrates.base import (
@@ -44,10 +47,12 @@ from rtax.substrates.base import (
 from rtax.substrates.poll import Polled, poll
 
 __all__ = [
+    "COMMAND_ENV",
     "KILL_GRACE_S",
     "Polled",
     "RetryPolicy",
     "call_timeout",
+    "command_env",
     "confirm_removed",
     "first_command",
     "labels",
@@ -275,6 +280,22 @@ def confirm_removed(
     found = poll(gone, interval_s=interval_s, deadline=deadline, timeout=still_there)
     env.resolved("cleanup", found.resolution_s)
     env.mark("removed")
+
+
+# -- what commands see -------------------------------------------------------------------------
+
+#: The variables every substrate sets for its commands, on top of the image's own (PATH and the
+#: like): an allow-list, the same on every kind. Nothing of this process's environment is ever
+#: passed on (no credentials, no proxies), and no API's default passthrough is left on (Docker
+#: clients' configured proxies, podman's ``--http-proxy``). README.md#secrets
+COMMAND_ENV: Mapping[str, str] = MappingProxyType(
+    {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+)
+
+
+def command_env() -> dict[str, str]:
+    """A fresh copy of `COMMAND_ENV` (APIs take and may keep a mutable dict)."""
+    return dict(COMMAND_ENV)
 
 
 # -- command timeouts -------------------------------------------------------------------------
