@@ -165,7 +165,7 @@ class RolloutRecord:
     def __post_init__(self) -> None:
         # Scrubbed as it is made: a failing command's output (``detail``) or an error message
         # may carry a secret rtax holds, and from here a record goes to the database, the spool
-        # and the CSVs (README.md#secrets).
+        # and the CSVs (docs/configuration.md#secrets).
         secrets = redaction.held()
         if secrets:
             self.run = redaction.scrub_value(self.run, secrets)

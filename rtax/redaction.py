@@ -13,7 +13,7 @@ records, run and action rows, CSV exports) all scrub against one list. What coun
   read at each scrub, so a variable set after start-up counts too.
 
 Log records are scrubbed as they are made (`install` wraps the log record factory), so every
-handler, rtax's or a library's, gets scrubbed text. README.md#secrets.
+handler, rtax's or a library's, gets scrubbed text. docs/configuration.md#secrets.
 """
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ def confirm_removed(
 #: The variables every substrate sets for its commands, on top of the image's own (PATH and the
 #: like): an allow-list, the same on every kind. Nothing of this process's environment is ever
 #: passed on (no credentials, no proxies), and no API's default passthrough is left on (Docker
-#: clients' configured proxies, podman's ``--http-proxy``). README.md#secrets
+#: clients' configured proxies, podman's ``--http-proxy``). docs/configuration.md#secrets
 COMMAND_ENV: Mapping[str, str] = MappingProxyType(
     {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 )

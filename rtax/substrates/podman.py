@@ -17,7 +17,7 @@ Why these choices (docs/substrates/podman.md):
 - Nothing of this process's environment reaches a container: each gets the kit's allow-list
   (`kit.command_env`) with podman's default proxy passthrough off (``--http-proxy=false``), and
   the CLI processes themselves run with only what podman and docker need (`cli_env`), so no
-  credential is ever in a podman process's environment either (README.md#secrets).
+  credential is ever in a podman process's environment either (docs/configuration.md#secrets).
 """
 
 from __future__ import annotations
