@@ -14,7 +14,8 @@ read, how an error is classified) and takes the rest from here:
 - polling: `poll` (`rtax.substrates.poll`): a fixed interval, a deadline, and the resolution
   disclosed; `confirm_removed`, the poll that ends every cleanup.
 - what commands see: `command_env`, the one allow-listed environment every kind sets
-  explicitly where its API takes one, never anything of this process's environment.
+  explicitly where its API takes one, never anything of this process's environment; and
+  `tool_env`, what a container tool's CLI process gets of it.
 - command timeouts: the in-environment ``timeout`` wrapper (`timeout_argv`), the rule that tells
   a command it killed from one that exited 124 by itself (`raise_if_timed_out`), and the bound
   of the API call that carries a command (`call_timeout`).
@@ -34,6 +35,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from rtax import redaction
 from rtax.substrates.base import (
     LABEL,
     CommandResult,
@@ -64,6 +66,7 @@ __all__ = [
     "selector",
     "timeout_argv",
     "timeout_command",
+    "tool_env",
 ]
 
 T = TypeVar("T")
@@ -296,6 +299,26 @@ COMMAND_ENV: Mapping[str, str] = MappingProxyType(
 def command_env() -> dict[str, str]:
     """A fresh copy of `COMMAND_ENV` (APIs take and may keep a mutable dict)."""
     return dict(COMMAND_ENV)
+
+
+#: What a container tool's CLI process (podman, docker) gets of this process's environment:
+#: these names, and those with these prefixes (where it finds its configuration, store, engine
+#: and runtime directory), unless a name says credential (`redaction.CREDENTIAL_NAME`).
+TOOL_ENV_NAMES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "DBUS_SESSION_BUS_ADDRESS"}
+)
+TOOL_ENV_PREFIXES = ("LC_", "XDG_", "CONTAINERS_", "CONTAINER_", "DOCKER_")
+
+
+def tool_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What of `environ` a container tool's CLI process gets (`TOOL_ENV_NAMES`,
+    `TOOL_ENV_PREFIXES`): no credential, no proxy, nothing it does not need."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if (key in TOOL_ENV_NAMES or key.startswith(TOOL_ENV_PREFIXES))
+        and not redaction.CREDENTIAL_NAME.search(key)
+    }
 
 
 # -- command timeouts -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ Why these choices (docs/substrates/podman.md):
 - No rate limit (a local store): nothing is retried.
 - Nothing of this process's environment reaches a container: each gets the kit's allow-list
   (`kit.command_env`) with podman's default proxy passthrough off (``--http-proxy=false``), and
-  the CLI processes themselves run with only what podman and docker need (`cli_env`), so no
+  the CLI processes themselves run with only what podman and docker need (`kit.tool_env`), so no
   credential is ever in a podman process's environment either (docs/configuration.md#secrets).
 """
 
@@ -29,11 +29,11 @@ import resource
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
-from rtax import redaction, toolchain
+from rtax import toolchain
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates import kit
 from rtax.substrates.base import (
@@ -60,14 +60,6 @@ PODMAN_ERROR = 125
 #: The default RLIMIT_NPROC of a container: podman runs conmon with a lower one than its own
 #: caller (32768 where this shell has 96365), and runc can't raise it past conmon's.
 NPROC = 4096
-#: What a podman (or docker) CLI process gets of this process's environment: these names, and
-#: those with these prefixes (where to find its configuration, store and runtime directory),
-#: unless a name says credential (`redaction.CREDENTIAL_NAME`). Proxies are not among them:
-#: the image is copied in from Docker, never pulled.
-CLI_ENV_NAMES = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "DBUS_SESSION_BUS_ADDRESS"}
-)
-CLI_ENV_PREFIXES = ("LC_", "XDG_", "CONTAINERS_", "CONTAINER_", "DOCKER_")
 #: Any address outside this host: only the route to it is looked up, nothing is sent.
 _OUTSIDE = ("203.0.113.1", 9)
 
@@ -107,7 +99,7 @@ class PodmanSubstrate:
         if host_address is not None:
             self.host_address = host_address  # configured: nothing is looked up
         self.create_timeout_s = create_timeout_s
-        self._cli_env = cli_env(os.environ)
+        self._cli_env = kit.tool_env(os.environ)  # the image is loaded, never pulled: no proxy
         self._fingerprints: dict[str, dict[str, Any] | None] = {}
 
     @cached_property
@@ -437,14 +429,3 @@ def _env_flags() -> list[str]:
     for key, value in kit.COMMAND_ENV.items():
         flags += ["--env", f"{key}={value}"]
     return flags
-
-
-def cli_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What of `environ` a podman or docker CLI process gets (`CLI_ENV_NAMES`,
-    `CLI_ENV_PREFIXES`), never a variable whose name says credential."""
-    return {
-        key: value
-        for key, value in environ.items()
-        if (key in CLI_ENV_NAMES or key.startswith(CLI_ENV_PREFIXES))
-        and not redaction.CREDENTIAL_NAME.search(key)
-    }
