@@ -1,12 +1,12 @@
 """A planted credential never reaches a command's environment, the database, the logs, the CSV
 exports or the dashboard, on every substrate kind.
 
-For each kind (local, docker, docker-gvisor, podman, and kubernetes, ec2, daytona through their
-emulations): credentials are planted in this process's environment before the substrate is
-built the way the scheduler builds it (`build_substrate`): AWS keys, a Daytona key, a token a
-``*_env`` parameter names, a proxy URL with a password, and a Docker client configuration whose
-proxies carry one (docker-py copies those into every container it creates unless told not to).
-Then, with every logger at DEBUG:
+For each kind (local, docker in both action modes, docker-gvisor, podman, and kubernetes, ec2,
+daytona through their emulations): credentials are planted in this process's environment
+before the substrate is built the way the scheduler builds it (`build_substrate`): AWS keys, a
+Daytona key, a token a ``*_env`` parameter names, a proxy URL with a password, and a Docker
+client configuration whose proxies carry one (docker-py copies those into every container it
+creates unless told not to). Then, with every logger at DEBUG:
 
 - a command that prints its environment must see none of them (and must see the allow-list);
 - a rollout whose command prints its environment and fails (the output lands in
@@ -100,12 +100,12 @@ def _local(request, planted: list[str], tmp_path: Path) -> Planted:
     return Planted(build_substrate(conf, {}), planted, lambda: None)
 
 
-def _docker(runtime: str | None) -> Callable[..., Planted]:
+def _docker(runtime: str | None, mode: str = "exec") -> Callable[..., Planted]:
     def make(request, planted: list[str], tmp_path: Path) -> Planted:
         request.getfixturevalue("runner_image")
         if runtime:
             request.getfixturevalue("gvisor")
-        params = {"runtime": runtime} if runtime else {}
+        params = {"runtime": runtime, "mode": mode} if runtime else {"mode": mode}
         sub = build_substrate(SubstrateConfig("docker", "docker", params), {})
         return Planted(sub, planted, sub.close)
 
@@ -179,6 +179,7 @@ def _ec2(request, planted: list[str], tmp_path: Path) -> Planted:
 KINDS: dict[str, Callable[..., Planted]] = {
     "local": _local,
     "docker": _docker(None),
+    "docker-session": _docker(None, mode="session"),
     "docker-gvisor": _docker("runsc"),
     "podman": _podman,
     "kubernetes": _kubernetes,
