@@ -139,6 +139,11 @@ def _mask_str(exc: BaseException) -> None:
     """Last resort for a message built from state no scrub reaches: give `exc` a subclass of
     its own class whose ``__str__`` and ``__repr__`` scrub (isinstance still holds)."""
     cls = type(exc)
+
+    def reduce(self: BaseException) -> Any:  # pickled as its own class, which pickle can find
+        parts = cls.__reduce__(self)
+        return (cls if parts[0] is masked else parts[0], *parts[1:])
+
     masked = type(
         cls.__name__,
         (cls,),
@@ -147,6 +152,7 @@ def _mask_str(exc: BaseException) -> None:
             "__qualname__": cls.__qualname__,
             "__str__": lambda self: scrub(cls.__str__(self)),
             "__repr__": lambda self: scrub(cls.__repr__(self)),
+            "__reduce__": reduce,
         },
     )
     # a built-in type refuses; its message is its args and attributes, scrubbed above
