@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from rtax import __version__, fixtures, stopping, toolchain, workloads
+from rtax import __version__, fixtures, redaction, stopping, toolchain, workloads
 from rtax.compose import ComposeError
 from rtax.config import ConfigError
 from rtax.fixtures import FixtureError
@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    redaction.install()  # before any command logs: schedule, emulate, probe alike
     args = build_parser().parse_args(argv)
     handler = {
         "probe": cmd_probe,
@@ -174,10 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except ConfigError as exc:  # every mistake, one line each
         for problem in exc.problems:
-            print(f"rtax {args.command}: error: {problem}", file=sys.stderr)
+            print(f"rtax {args.command}: error: {redaction.scrub(problem)}", file=sys.stderr)
         return EXIT_USAGE
     except (UsageError, *_ONE_LINE) as exc:
-        print(f"rtax {args.command}: error: {exc}", file=sys.stderr)
+        print(f"rtax {args.command}: error: {redaction.scrub(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, workloads
+from rtax import paths, redaction, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
@@ -106,13 +106,10 @@ def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = No
     replaced by the value of the environment variable it names (read now, never stored), then
     `overrides`. The one place where a configured name becomes a substrate (CLI and scheduler)."""
     params = {k: v for k, v in conf.params.items() if not k.endswith("_env")}
-    params.update(
-        {
-            k[:-4]: os.environ[v]
-            for k, v in conf.params.items()
-            if k.endswith("_env") and v in os.environ
-        }
-    )
+    named = {k[:-4]: v for k, v in conf.params.items() if k.endswith("_env")}
+    from_env = {k: os.environ[v] for k, v in named.items() if v in os.environ}
+    redaction.register(*from_env.values())  # a credential read is a credential held
+    params.update(from_env)
     params.update(overrides or {})
     return get_substrate(conf.kind, name=conf.name, **params)
 

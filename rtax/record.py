@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any, Protocol
 
-from rtax import __version__
+from rtax import __version__, redaction
 
 #: The consecutive, mutually exclusive phases of a rollout (docs/measurement.md), with
 #: what each spans.
@@ -161,6 +161,15 @@ class RolloutRecord:
 
     run: dict[str, Any]
     actions: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Scrubbed as it is made: a failing command's output (``detail``) or an error message
+        # may carry a secret rtax holds, and from here a record goes to the database, the spool
+        # and the CSVs (docs/configuration.md#secrets).
+        secrets = redaction.held()
+        if secrets:
+            self.run = redaction.scrub_value(self.run, secrets)
+            self.actions = redaction.scrub_value(self.actions, secrets)
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rtax import budget, reaper, workloads
+from rtax import budget, reaper, redaction, workloads
 from rtax.compose import Composition, Factory, configured_fidelity, prepare
 from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.deadline import run_with_deadline
@@ -61,6 +61,7 @@ class Prober:
         fixture: Fixture | None = None,
         clock_start: datetime | None = None,
     ) -> None:
+        redaction.install()  # every log record it makes, and its libraries', is scrubbed
         self.config = config
         self.compose = Composition(
             config, emulations="owned", factory=factory, fixture=fixture, log=log.info

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 import sqlite_utils
 
+from rtax import redaction
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 
@@ -342,9 +343,10 @@ class Store:
         if table not in ("runs", "actions"):  # before the file is created
             raise StoreError(f"unknown table {table!r} (choose runs or actions)")
         rows = 0
+        secrets = redaction.held()  # rows written before a secret was known are scrubbed here
         with open(out, "w", newline="") as handle:
             for first, frame in self._export_frames(table, 50_000, filters):
-                handle.write(frame.to_csv(index=False, header=first))
+                handle.write(_scrubbed(frame, secrets).to_csv(index=False, header=first))
                 rows += len(frame)
         return rows
 
@@ -354,6 +356,16 @@ class Store:
         cursor = self.db.conn.execute(sql, params)
         columns = [d[0] for d in cursor.description]
         return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
+
+
+def _scrubbed(frame: pd.DataFrame, secrets: list[str]) -> pd.DataFrame:
+    """`frame` with every secret in its text columns replaced (`rtax.redaction.MASK`)."""
+    if secrets:
+        for column in frame.select_dtypes(include=["object", "string"]).columns:
+            frame[column] = frame[column].map(
+                lambda v: redaction.scrub(v, secrets) if isinstance(v, str) else v
+            )
+    return frame
 
 
 #: The run's context on every action row read or exported (rtax.record.ACTION_CONTEXT).

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from rtax import redaction
+
 #: The one clock for durations and milestones: monotonic, high resolution. Wall-clock time is used
 #: only for UTC timestamps, never for durations.
 clock = time.perf_counter
@@ -171,11 +173,14 @@ class CleanupFailed(SubstrateError):
 
 def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a substrate method so that any exception leaves it with every secret the
-    substrate holds (its ``_secrets()``) replaced by ``***`` in its message.
+    substrate holds (its ``_secrets()``) and every one rtax holds (`rtax.redaction`) replaced
+    by ``***``: in its message, its attributes and every exception chained to it.
 
     Why at the boundary: an error's text is what reaches the run row, the logs and the CSVs,
     and it is often written by the far side (an API that echoes a bad token back in its
-    refusal); redacting where the exception leaves the substrate covers every path at once."""
+    refusal, kept in an `ApiException`'s body, printed again as the cause of ours by
+    ``log.exception``); scrubbing where the exception leaves the substrate covers every path
+    at once. The secrets are registered too, so that log records are scrubbed of them."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -183,8 +188,8 @@ def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         except Exception as exc:
             secrets = [s for s in self._secrets() if s]
-            if secrets:
-                exc.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in exc.args)
+            redaction.register(*secrets)
+            redaction.scrub_exception(exc, secrets)
             raise
 
     return wrapper

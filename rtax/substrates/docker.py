@@ -123,6 +123,10 @@ class DockerSubstrate:
                     host_config=host_config,
                     working_dir="/work",
                     name=name,
+                    # the allow-list, and not the client config's proxies (which may carry
+                    # credentials): execs inherit exactly this
+                    environment=kit.command_env(),
+                    use_config_proxy=False,
                 )
         except errors.ImageNotFound as exc:
             raise CreateFailed(f"image {self.image} not found (run: rtax image build)") from exc

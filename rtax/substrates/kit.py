@@ -13,6 +13,9 @@ read, how an error is classified) and takes the rest from here:
   a deadline), one rule for Retry-After, and every wait recorded (`RateLimitWait`).
 - polling: `poll` (`rtax.substrates.poll`): a fixed interval, a deadline, and the resolution
   disclosed; `confirm_removed`, the poll that ends every cleanup.
+- what commands see: `command_env`, the one allow-listed environment every kind sets
+  explicitly where its API takes one, never anything of this process's environment; and
+  `tool_env`, what a container tool's CLI process gets of it.
 - command timeouts: the in-environment ``timeout`` wrapper (`timeout_argv`), the rule that tells
   a command it killed from one that exited 124 by itself (`raise_if_timed_out`), and the bound
   of the API call that carries a command (`call_timeout`).
@@ -29,8 +32,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, TypeVar
 
+from rtax import redaction
 from rtax.substrates.base import (
     LABEL,
     CommandResult,
@@ -44,10 +49,12 @@ from rtax.substrates.base import (
 from rtax.substrates.poll import Polled, poll
 
 __all__ = [
+    "COMMAND_ENV",
     "KILL_GRACE_S",
     "Polled",
     "RetryPolicy",
     "call_timeout",
+    "command_env",
     "confirm_removed",
     "first_command",
     "labels",
@@ -59,6 +66,7 @@ __all__ = [
     "selector",
     "timeout_argv",
     "timeout_command",
+    "tool_env",
 ]
 
 T = TypeVar("T")
@@ -275,6 +283,42 @@ def confirm_removed(
     found = poll(gone, interval_s=interval_s, deadline=deadline, timeout=still_there)
     env.resolved("cleanup", found.resolution_s)
     env.mark("removed")
+
+
+# -- what commands see -------------------------------------------------------------------------
+
+#: The variables every substrate sets for its commands, on top of the image's own (PATH and the
+#: like): an allow-list, the same on every kind. Nothing of this process's environment is ever
+#: passed on (no credentials, no proxies), and no API's default passthrough is left on (Docker
+#: clients' configured proxies, podman's ``--http-proxy``). docs/configuration.md#secrets
+COMMAND_ENV: Mapping[str, str] = MappingProxyType(
+    {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+)
+
+
+def command_env() -> dict[str, str]:
+    """A fresh copy of `COMMAND_ENV` (APIs take and may keep a mutable dict)."""
+    return dict(COMMAND_ENV)
+
+
+#: What a container tool's CLI process (podman, docker) gets of this process's environment:
+#: these names, and those with these prefixes (where it finds its configuration, store, engine
+#: and runtime directory), unless a name says credential (`redaction.CREDENTIAL_NAME`).
+TOOL_ENV_NAMES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "DBUS_SESSION_BUS_ADDRESS"}
+)
+TOOL_ENV_PREFIXES = ("LC_", "XDG_", "CONTAINERS_", "CONTAINER_", "DOCKER_")
+
+
+def tool_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What of `environ` a container tool's CLI process gets (`TOOL_ENV_NAMES`,
+    `TOOL_ENV_PREFIXES`): no credential, no proxy, nothing it does not need."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if (key in TOOL_ENV_NAMES or key.startswith(TOOL_ENV_PREFIXES))
+        and not redaction.CREDENTIAL_NAME.search(key)
+    }
 
 
 # -- command timeouts -------------------------------------------------------------------------

@@ -87,10 +87,8 @@ class LocalSubstrate:
         PYTHONPATH); PATH is the toolchain, then the system's standard folders."""
         if self._base_env is None:
             self._base_env = {
+                **kit.command_env(),
                 "PATH": os.pathsep.join([str(self.toolchain_bin()), SYSTEM_PATH]),
-                "LANG": "C.UTF-8",
-                "LC_ALL": "C.UTF-8",
-                "PYTHONDONTWRITEBYTECODE": "1",
                 # the image has no /etc/gitconfig; a host's must not change what git does here
                 "GIT_CONFIG_NOSYSTEM": "1",
             }

@@ -14,12 +14,17 @@ Why these choices (docs/substrates/podman.md):
   `prepare` (``docker save | podman load``, no registry), keeping its id, so both kinds run the
   very same image.
 - No rate limit (a local store): nothing is retried.
+- Nothing of this process's environment reaches a container: each gets the kit's allow-list
+  (`kit.command_env`) with podman's default proxy passthrough off (``--http-proxy=false``), and
+  the CLI processes themselves run with only what podman and docker need (`kit.tool_env`), so no
+  credential is ever in a podman process's environment either (docs/configuration.md#secrets).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import resource
 import shutil
 import socket
@@ -94,6 +99,7 @@ class PodmanSubstrate:
         if host_address is not None:
             self.host_address = host_address  # configured: nothing is looked up
         self.create_timeout_s = create_timeout_s
+        self._cli_env = kit.tool_env(os.environ)  # the image is loaded, never pulled: no proxy
         self._fingerprints: dict[str, dict[str, Any] | None] = {}
 
     @cached_property
@@ -124,6 +130,7 @@ class PodmanSubstrate:
         try:
             done = subprocess.run(
                 [self.podman, *args],
+                env=self._cli_env,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -140,6 +147,7 @@ class PodmanSubstrate:
         """The container's state ("running", "exited", ...), None when there is no such one."""
         done = subprocess.run(
             [self.podman, "container", "inspect", "--format", "{{.State.Status}}", ref],
+            env=self._cli_env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -176,7 +184,7 @@ class PodmanSubstrate:
             argv += ["--cpus", f"{self.cpus:g}"]
         if self.memory:
             argv += ["--memory", self.memory]
-        argv += [*self._ulimits(), self.image, "sleep", "infinity"]
+        argv += [*self._ulimits(), *_env_flags(), self.image, "sleep", "infinity"]
         try:
             cid = self._podman(*argv, timeout_s=self.create_timeout_s, error=CreateFailed).strip()
         except CreateFailed as exc:
@@ -228,6 +236,7 @@ class PodmanSubstrate:
         t0 = clock()
         proc = subprocess.Popen(
             argv,
+            env=self._cli_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -329,11 +338,15 @@ class PodmanSubstrate:
     def _copy_from_docker(self) -> None:
         """``docker save IMAGE | podman load``: the same image, its id kept, no registry."""
         save = subprocess.Popen(
-            ["docker", "save", RUNNER_IMAGE], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+            ["docker", "save", RUNNER_IMAGE],
+            env=self._cli_env,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
         )
         try:
             load = subprocess.run(
                 [self.podman, "load", "--quiet"],
+                env=self._cli_env,
                 stdin=save.stdout,
                 capture_output=True,
                 text=True,
@@ -364,7 +377,7 @@ class PodmanSubstrate:
         if image_id not in self._fingerprints:
             try:
                 out = self._podman(
-                    "run", "--rm", "--network", "none", *self._ulimits(), image_id,
+                    "run", "--rm", "--network", "none", *self._ulimits(), *_env_flags(), image_id,
                     "python3", "-I", "-c", toolchain.FINGERPRINT_SCRIPT,
                     timeout_s=120,
                 )  # fmt: skip
@@ -408,3 +421,11 @@ def _message(stderr: str) -> str:
     """podman's error: the last non-empty line of its stderr ("Error: ...")."""
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else ""
+
+
+def _env_flags() -> list[str]:
+    """A container's environment: the kit's allow-list, and no proxy variables of the CLI's."""
+    flags = ["--http-proxy=false"]
+    for key, value in kit.COMMAND_ENV.items():
+        flags += ["--env", f"{key}={value}"]
+    return flags

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtax.record import library_versions
+from rtax.substrates import kit
 from rtax.substrates.emulated import EmulationWatch
 
 #: States in which a sandbox can no longer run commands.
@@ -118,7 +119,7 @@ def create_request(
     body = CreateSandbox(
         name=name,
         labels={**labels, CODE_TOOLBOX_LANGUAGE_LABEL: "python"},
-        env={},
+        env=kit.command_env(),
         target=target,
         snapshot=snapshot,
         auto_stop_interval=auto_stop_min,

@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from rtax import redaction
 from rtax.substrates import kit
 from rtax.substrates.base import (
     FIDELITIES,
@@ -144,6 +145,7 @@ class DaytonaSubstrate:
             raise SubstrateError(
                 "no Daytona API key: set DAYTONA_API_KEY, or api_key_env in rtax.toml"
             )
+        redaction.register(key)  # kept out of every log record too
         return key
 
     def client(self) -> Any:

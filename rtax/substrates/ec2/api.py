@@ -15,6 +15,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from rtax import redaction
 from rtax.substrates import kit
 from rtax.substrates.base import RateLimitWait
 from rtax.substrates.emulated import EmulationWatch
@@ -116,6 +117,7 @@ class Aws:
         else:
             session = boto3.session.Session(profile_name=profile, region_name=region)
         self._session = session
+        self._registered = False
         self.rate_limit = rate_limit
         #: an rtax emulation's answer makes the samples `emulated`, whatever was configured
         self.emulation = EmulationWatch()
@@ -135,6 +137,9 @@ class Aws:
         """`client.operation(**kwargs)`, retried while throttled (`RateLimited` once it
         persists); each wait is appended to `waits` (an environment's `rate_limit_waits`)."""
         method: Callable[..., dict[str, Any]] = getattr(client, operation)
+        if not self._registered:  # the chain resolves on the first call, cached after it
+            self._registered = True
+            redaction.register(*self.secrets())
         return self.rate_limit.call(
             lambda: method(**kwargs),
             what=client.meta.method_to_api_mapping.get(operation, operation),

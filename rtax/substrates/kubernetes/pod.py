@@ -74,6 +74,7 @@ class PodSpec:
                     "imagePullPolicy": self.image_pull_policy,
                     "command": ["sleep", "infinity"],
                     "workingDir": self.working_dir,
+                    "env": [{"name": k, "value": v} for k, v in kit.COMMAND_ENV.items()],
                     "resources": {"requests": resources, "limits": resources},
                 }
             ],

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from rtax import redaction
 from rtax.image import RUNNER_IMAGE
 from rtax.substrates import kit
 from rtax.substrates.base import (
@@ -104,6 +105,7 @@ class KubernetesSubstrate:
             deadline_s=rate_limit_deadline_s,
         )
         self._cfg = configuration(kubeconfig, context, in_cluster, host, token, ca_cert, verify_ssl)
+        redaction.register(*secrets(self._cfg))  # kept out of every log record too
         self._api = Api(self._cfg, namespace, api_timeout_s, self.rate_limit)
         #: the client's CoreV1Api (tests and tools read the API through it)
         self.api = self._api.core
