@@ -146,11 +146,13 @@ class Metrics:
                 self.phase.labels(*labels, phase).observe(value)
 
     def seed(self, store: Store, days: float = SEED_DAYS) -> int:
-        """Take the last probe of every series from the last `days` of `store`, and create its
-        children at zero (so ``rate`` sees their first increment); return the rows read."""
+        """Take the last probe of every series from the scheduler's rollouts of the last `days`
+        of `store` (a plan made them: ``rtax probe --db`` rows are another process's, counted
+        nowhere here), and create its children at zero (so ``rate`` sees their first
+        increment); return the rows taken."""
         since = (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="microseconds")
-        columns = [*_SEED_COLUMNS]
-        rows = store.runs(columns=columns, since=since).to_dict("records")
+        rows = store.runs(columns=[*_SEED_COLUMNS], since=since).to_dict("records")
+        rows = [run for run in rows if isinstance(run.get("plan"), str)]
         for run in rows:
             labels = series(run)
             self._probed(labels, run)
@@ -174,7 +176,7 @@ class Metrics:
             self._last[labels] = max(when, self._last.get(labels, when))
 
 
-_SEED_COLUMNS = (*SERIES_LABELS[:-1], "status", "error_class", "started_at", "ended_at")
+_SEED_COLUMNS = (*SERIES_LABELS[:-1], "status", "error_class", "started_at", "ended_at", "plan")
 
 
 class _LastProbe:

@@ -85,12 +85,14 @@ def test_last_probe_age_is_read_at_scrape_and_seeded_from_the_database(tmp_path:
     now = datetime.now(UTC).timestamp()
     ended = datetime.fromtimestamp(now - 120, UTC).isoformat(timespec="microseconds")
     older = datetime.fromtimestamp(now - 900, UTC).isoformat(timespec="microseconds")
+    newer = datetime.fromtimestamp(now - 10, UTC).isoformat(timespec="microseconds")
     with Store(db) as store:
-        store.save_rollout(make_record("new", started_at=ended, ended_at=ended))
-        store.save_rollout(make_record("old", started_at=older, ended_at=older))
+        store.save_rollout(make_record("new", plan="p", started_at=ended, ended_at=ended))
+        store.save_rollout(make_record("old", plan="p", started_at=older, ended_at=older))
         store.save_rollout(
             make_record(
                 "gone",
+                plan="p",
                 substrate="docker",
                 status="failed",
                 error_class="create_failed",
@@ -98,6 +100,8 @@ def test_last_probe_age_is_read_at_scrape_and_seeded_from_the_database(tmp_path:
                 ended_at=older,
             )
         )
+        # `rtax probe --db` on the same database: not the scheduler's, not its last probe
+        store.save_rollout(make_record("by-hand", plan=None, started_at=newer, ended_at=newer))
     clock = [now]
     metrics = Metrics(clock=lambda: clock[0])  # a restarted scheduler, before any rollout
     with Store(db) as store:

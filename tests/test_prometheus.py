@@ -146,7 +146,9 @@ interval = "1h"
     earlier = datetime.fromtimestamp(time.time() - 900, UTC).isoformat(timespec="microseconds")
     with Store(conf.database) as store:  # a series probed before this scheduler started
         store.save_rollout(
-            make_record("earlier", substrate="retired", started_at=earlier, ended_at=earlier)
+            make_record(
+                "earlier", plan="once", substrate="retired", started_at=earlier, ended_at=earlier
+            )
         )
 
     def factory(entry: config.SubstrateConfig, overrides: dict) -> LocalSubstrate:
