@@ -171,6 +171,9 @@ def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: P
     prometheus = _Prometheus(tmp_path, target)
     try:
         _check(prometheus, scheduler)
+    except AssertionError as exc:  # say what Prometheus said, too
+        tail = (tmp_path / "prometheus.log").read_text()[-2000:]
+        raise AssertionError(f"{exc}\n--- prometheus.log (tail) ---\n{tail}") from exc
     finally:
         prometheus.stop()
 
