@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock fixtures docker browser run demo test lint bench clean
+.PHONY: venv lock fixtures docker browser prometheus run demo test lint bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ docker: fixtures
 browser:
 	bash scripts/ensure-browser.sh
 
+# Debian's Prometheus for the test that scrapes the scheduler's /metrics (required under CI=true).
+prometheus:
+	bash scripts/ensure-prometheus.sh
+
 # The scheduler (rtax.toml: local, and docker / docker-gvisor when an engine answers) in the
 # background, and the dashboard on http://localhost:8501 in the foreground; stopping the
 # dashboard (Ctrl-C) stops the scheduler too.
@@ -66,7 +70,7 @@ lint: venv
 	$(VENV)/bin/ruff check rtax tests benchmarks app.py pages
 	$(VENV)/bin/ruff format --check rtax tests benchmarks app.py pages
 
-test: fixtures lint docker browser
+test: fixtures lint docker browser prometheus
 	$(PY) -m pytest
 
 bench: fixtures docker

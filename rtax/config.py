@@ -88,6 +88,15 @@ class Retention:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """The scheduler's Prometheus endpoint (docs/metrics.md): on by default, on loopback only."""
+
+    enabled: bool = True
+    address: str = "127.0.0.1"
+    port: int = 9470
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     database: Path
@@ -99,6 +108,7 @@ class Config:
     misfire_grace_s: float
     #: where the dashboard listens (docs/dashboard.md#serving): 127.0.0.1 unless opened
     dashboard: Dashboard = field(default_factory=Dashboard)
+    metrics: MetricsSettings = MetricsSettings()
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -173,7 +183,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     def bad(key: str, message: str) -> None:
         problems.append(f"{where}{key}: {message}")
 
-    known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard"}
+    known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -389,6 +399,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         except ValueError as exc:
             bad(f"scheduler.{key}", str(exc))
             seconds[key] = duration(default)
+    metrics = _metrics(raw.get("metrics", {}), bad)
 
     dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
     if problems:
@@ -403,4 +414,24 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         seconds["deadline"],
         seconds["misfire_grace"],
         dashboard,
+        metrics,
     )
+
+
+def _metrics(table: Any, bad: Any) -> MetricsSettings:
+    """The ``[metrics]`` table, each mistake reported through `bad`."""
+    default = MetricsSettings()
+    if not isinstance(table, dict):
+        bad("metrics", "must be a table")
+        return default
+    for extra in set(table) - {"enabled", "address", "port"}:
+        bad(f"metrics.{extra}", "unknown key")
+    enabled, address = table.get("enabled", default.enabled), table.get("address", default.address)
+    port = table.get("port", default.port)
+    if not isinstance(enabled, bool):
+        bad("metrics.enabled", "must be true or false")
+    if not isinstance(address, str) or not address:
+        bad("metrics.address", 'must be an address to listen on (e.g. "127.0.0.1")')
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        bad("metrics.port", "must be a port number, 0-65535 (0: any free port)")
+    return MetricsSettings(enabled is True, str(address), port if isinstance(port, int) else 0)

@@ -15,6 +15,7 @@ Why these choices (docs/configuration.md#scheduler):
   ``started_at``): the scheduler's lag is data too.
 - Exactly one scheduler per database: an exclusive lock held for the scheduler's lifetime. On
   start it reaps orphans that a crashed scheduler left.
+- It serves what it stored as Prometheus metrics (`rtax.metrics`, docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rtax import budget, reaper, redaction, workloads
+from rtax import budget, metrics, reaper, redaction, workloads
 from rtax.compose import Composition, Factory, configured_fidelity, prepare
 from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.deadline import run_with_deadline
@@ -81,7 +82,10 @@ class Prober:
         self._budget_lock = threading.Lock()
         #: substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
-        self._spool = Spool(config.database, self.compose.store)
+        #: what it stored, as Prometheus metrics, served at `metrics_url` while it runs
+        self.metrics = metrics.Metrics()
+        self._spool = Spool(config.database, self.compose.store, on_saved=self.metrics.observe)
+        self._endpoint: metrics.Endpoint | None = None
 
     @property
     def emulations(self) -> list[Any]:
@@ -103,7 +107,9 @@ class Prober:
         self.lock.acquire()
         try:
             with self.compose.store() as store:  # create and migrate once, up front
+                self.metrics.seed(store)  # the last probes before this start
                 self._spool.drain(store)  # and write what an earlier run had to spool
+            self._endpoint = metrics.serve(self.metrics, self.config.metrics, log)
             self.compose.fixture()  # built once, before any rollout needs it
             self._unusable = self.compose.start_emulations(log.info)
             self._check_substrates()
@@ -160,8 +166,17 @@ class Prober:
         finally:
             self.stop(wait=True)
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Where `/metrics` is served (None: disabled, or its port could not be had)."""
+        return self._endpoint.url if self._endpoint else None
+
     def _close(self) -> None:
-        """End the composition: T2's git servers, then the emulations this scheduler started."""
+        """End the composition: T2's git servers, then the emulations this scheduler started;
+        and stop serving metrics."""
+        if self._endpoint is not None:
+            self._endpoint.stop()
+            self._endpoint = None
         try:
             self.compose.close()
         except RuntimeError as exc:  # an emulation that could not stop cleanly: said, not fatal

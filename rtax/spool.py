@@ -23,11 +23,19 @@ log = logging.getLogger("rtax.scheduler")
 
 
 class Spool:
-    """The spool of the database at `database`; `open_store` opens a connection to it."""
+    """The spool of the database at `database`; `open_store` opens a connection to it.
+    `on_saved` hears of each record once it is in the database (written now or replayed from
+    the spool): the scheduler's metrics count what is stored, never what was only tried."""
 
-    def __init__(self, database: Path, open_store: Callable[[], Store]) -> None:
+    def __init__(
+        self,
+        database: Path,
+        open_store: Callable[[], Store],
+        on_saved: Callable[[RolloutRecord], None] | None = None,
+    ) -> None:
         self.path = Path(f"{database}.spool.jsonl")
         self.open_store = open_store
+        self.on_saved = on_saved
         self._lock = threading.Lock()
 
     def save(self, record: RolloutRecord) -> None:
@@ -38,9 +46,11 @@ class Spool:
                 with self.open_store() as store:
                     self.drain(store)
                     store.save_rollout(record)
-                return
             except (StoreError, sqlite3.Error, OSError) as exc:
                 log.error("database unavailable (%s): run %s spooled", exc, record.run["run_id"])
+            else:
+                self._saved(record)
+                return
             line = json.dumps({"run": record.run, "actions": record.actions}, default=str)
             with self.path.open("a") as out:
                 out.write(line + "\n")
@@ -54,11 +64,24 @@ class Spool:
         lines = [line for line in self.path.read_text().splitlines() if line.strip()]
         for i, line in enumerate(lines):
             entry = json.loads(line)
+            spooled = RolloutRecord(run=entry["run"], actions=entry["actions"])
             try:
-                store.save_rollout(RolloutRecord(run=entry["run"], actions=entry["actions"]))
+                store.save_rollout(spooled)
             except StoreError as exc:
                 if "UNIQUE" not in str(exc):  # already written (a crash after the insert)
                     self.path.write_text("".join(f"{rest}\n" for rest in lines[i:]))
                     raise
+            else:
+                self._saved(spooled)
         self.path.unlink()
         log.info("wrote %d spooled records", len(lines))
+
+    def _saved(self, record: RolloutRecord) -> None:
+        """Tell `on_saved`; its trouble is logged, never taken for the database's (the record
+        is written: spooling it again would store it twice)."""
+        if self.on_saved is None:
+            return
+        try:
+            self.on_saved(record)
+        except Exception:
+            log.exception("on_saved failed for run %s (it is stored)", record.run.get("run_id"))

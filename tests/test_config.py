@@ -45,6 +45,14 @@ def test_good_file_and_relative_database(tmp_path: Path) -> None:
     conf = config.load(file)
     assert conf.database == tmp_path / "x.db"
     assert conf.plans[0].interval_s == 600
+    # /metrics is on by default, on loopback only (docs/metrics.md)
+    assert conf.metrics == config.MetricsSettings(enabled=True, address="127.0.0.1", port=9470)
+
+
+def test_metrics_table(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text(GOOD + "[metrics]\nenabled = false\naddress = '0.0.0.0'\nport = 0\n")
+    assert config.load(file).metrics == config.MetricsSettings(False, "0.0.0.0", 0)
 
 
 @pytest.mark.parametrize(
@@ -121,6 +129,12 @@ def test_good_file_and_relative_database(tmp_path: Path) -> None:
         ("[retention]\nraw_days = inf\n", "retention.raw_days"),
         ("[[substrates]]\nname = 'l'\nkind = ['local']\n", "substrates.l.kind"),
         ("[[plans]]\nname = ['p']\ntier = 'T0'\n", "plans[0].name"),
+        ("metrics = 9470\n", "metrics"),
+        ("[metrics]\nport = 70000\n", "metrics.port"),
+        ("[metrics]\nport = '9470'\n", "metrics.port"),
+        ("[metrics]\nenabled = 'yes'\n", "metrics.enabled"),
+        ("[metrics]\naddress = ''\n", "metrics.address"),
+        ("[metrics]\npath = '/m'\n", "metrics.path"),
     ],
 )
 def test_each_mistake_is_one_line_naming_its_key(
