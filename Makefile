@@ -50,21 +50,21 @@ prometheus:
 	bash scripts/ensure-prometheus.sh
 
 # The scheduler (rtax.toml: local, and docker / docker-gvisor when an engine answers) in the
-# background, and the dashboard on http://localhost:8501 in the foreground; stopping the
-# dashboard (Ctrl-C) stops the scheduler too.
+# background, and the dashboard on http://127.0.0.1:8501 in the foreground (this machine only:
+# `rtax dashboard` listens where rtax.toml's [dashboard] says, docs/dashboard.md#serving);
+# stopping the dashboard (Ctrl-C) stops the scheduler too.
 run: fixtures docker
 	@set -e; \
 	$(PY) -m rtax schedule & sched=$$!; \
 	trap 'kill $$sched 2>/dev/null; wait $$sched 2>/dev/null' EXIT INT TERM; \
-	$(VENV)/bin/streamlit run app.py --server.headless true --browser.gatherUsageStats false
+	$(PY) -m rtax dashboard
 
 # The opt-in demo: the cloud substrates against their local emulations (labelled emulated).
 demo: fixtures docker
 	@set -e; \
 	$(PY) -m rtax schedule --config examples/emulated.toml & sched=$$!; \
 	trap 'kill $$sched 2>/dev/null; wait $$sched 2>/dev/null' EXIT INT TERM; \
-	RTAX_CONFIG=examples/emulated.toml $(VENV)/bin/streamlit run app.py --server.headless true \
-		--browser.gatherUsageStats false
+	$(PY) -m rtax dashboard --config examples/emulated.toml
 
 lint: venv
 	$(VENV)/bin/ruff check rtax tests benchmarks app.py pages
