@@ -25,7 +25,9 @@ from rtax.record import PHASES
 from rtax.store import Store
 from rtax.substrates.base import (
     LABEL,
+    CleanupFailed,
     CommandResult,
+    CreateFailed,
     Environment,
     SubstrateError,
     clock,
@@ -180,6 +182,20 @@ def test_create_refused_is_create_failed(
     assert code in row["error_message"]
     assert row["cleanup_ok"] is None  # nothing was launched
     assert emulation.requests["ec2:RunInstances"] == 1  # a refusal is not retried
+
+
+def test_a_launch_answered_500_after_it_was_accepted_is_terminated(
+    emulation: Ec2Emulation, fast: Ec2Substrate
+) -> None:
+    """EC2 launched the instance, then the answer was a 500: the substrate finds the launch
+    again through its ClientToken and terminates it; nothing is left running."""
+    emulation.faults.fail("RunInstances", 500, code="InternalError", accepted=True)
+    with pytest.raises(CreateFailed, match="InternalError"):
+        fast.create("launch-500-accepted")
+    instance_id = _instance_id(emulation, "launch-500-accepted")  # it was launched
+    assert _state(emulation, instance_id) in ("shutting-down", "terminated")
+    assert [lo for lo in fast.leftovers() if lo.run_id == "launch-500-accepted"] == []
+    _wait_container_gone(emulation, "launch-500-accepted")
 
 
 def test_throttling_is_retried_then_succeeds(
@@ -585,6 +601,16 @@ def test_terminate_of_an_instance_not_visible_yet_is_retried() -> None:
     ec2.add_response("describe_instances", _instances("terminated"))
     sub.destroy(Environment("i-1", "r"), 10)
     ec2.assert_no_pending_responses()
+
+
+def test_an_instance_never_visible_to_terminate_is_not_counted_as_gone() -> None:
+    """Not found for as long as EC2 may hide a new instance is no proof of termination: the
+    cleanup fails (the instance, if it runs, keeps its tags for the reaper)."""
+    sub, ec2, _ = _stubbed()
+    for _ in range(500):  # more than the polls that fit in the timeout
+        ec2.add_client_error("terminate_instances", "InvalidInstanceID.NotFound")
+    with pytest.raises(CleanupFailed, match="cannot verify that it is gone"):
+        sub.destroy(Environment("i-1", "r"), 0.2)
 
 
 def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() -> None:
