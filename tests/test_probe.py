@@ -56,7 +56,7 @@ class FakeSubstrate:
         self.commands = commands  # command -> (seconds, exit code, stdout) or an exception
         self.calls: list[str] = []
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         self.calls.append("create")
         self.clock.advance(self.durations["create"])
         return Environment(env_id="fake-1", run_id=run_id)
@@ -223,7 +223,7 @@ class _RateLimitedCreate(FakeSubstrate):
     """Its create is refused once with "slow down" and retried by the kit's policy, on the
     fake clock, as a cloud substrate's create is."""
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         refusals = [_SlowDown()]
         policy = kit.RetryPolicy(
             base_s=0.5, jitter=lambda w: w, now=self.clock, sleep=self.clock.advance
