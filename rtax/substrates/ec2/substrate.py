@@ -174,7 +174,7 @@ class Ec2Substrate:
                 # The instance may have been launched before the answer was lost or turned
                 # into an error (a transport timeout, a 500 InternalError, Ctrl-C): recover it
                 # through the ClientToken and terminate it; what can't be is tagged for the
-                # reaper (docs/substrates/ec2.md#reaper).
+                # reaper (docs/substrates/docker.md#reaper).
                 self.instances.terminate_lost_launch(request, run_id)
             if isinstance(exc, errors.ClientError):
                 raise CreateFailed(f"RunInstances refused: {message(exc)}") from exc
