@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import tomllib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -340,7 +341,8 @@ def test_no_result_past_the_backstop_is_cancelled_client_side(
 @pytest.fixture
 def env(emulation: Ec2Emulation) -> Iterator[tuple[Ec2Substrate, Environment]]:
     sub = Ec2Substrate(**emulation.substrate_params())
-    made = sub.create("ssm-details")
+    # a run id (the launch's ClientToken) per test: a repeated token answers the first launch
+    made = sub.create(f"ssm-details-{uuid.uuid4().hex[:8]}")
     try:
         sub.wait_running(made, 60)
         sub.run(made, "true", 60)
