@@ -222,6 +222,21 @@ def test_a_500_after_the_pod_was_made_leaves_no_pod(
     assert [lo for lo in k8s.leftovers() if lo.run_id == "pod-500-accepted"] == []
 
 
+def test_a_create_refused_as_already_existing_leaves_the_other_pod_alone(
+    k8s: KubernetesSubstrate,
+) -> None:
+    """A 409 names a pod that is not this request's: the failed create must not delete it."""
+    first = k8s.create("pod-same-name")
+    try:
+        with pytest.raises(CreateFailed, match="HTTP 409"):
+            k8s.create("pod-same-name")
+        assert [lo.env_id for lo in k8s.leftovers() if lo.run_id == "pod-same-name"] == [
+            first.env_id
+        ]
+    finally:
+        k8s.destroy(first, 60)
+
+
 def test_pod_held_pending_is_ready_timeout_kept_and_nothing_left(
     emulation: KubernetesEmulation, store: Store
 ) -> None:

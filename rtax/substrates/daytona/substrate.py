@@ -218,11 +218,13 @@ class DaytonaSubstrate:
             )
         except BaseException as exc:
             # The API may have made it before the answer was lost or turned into an error (a
-            # timeout, a 500 after the write, Ctrl-C): delete it by name (a refusal costs one
-            # 404). One that can't be deleted now keeps its labels, expiry included, for the
-            # reaper, and stops by itself after `auto_stop_interval_min`.
-            with contextlib.suppress(Exception):
-                api.delete_sandbox(name, _request_timeout=min(self.api_timeout_s, 30))
+            # timeout, a 500 after the write, Ctrl-C): delete it by name. One that can't be
+            # deleted now keeps its labels, expiry included, for the reaper, and stops by
+            # itself after `auto_stop_interval_min`. A 4xx refused it (and a 409 names a
+            # sandbox that is not this request's): nothing to delete.
+            if not 400 <= (status(exc) or 500) < 500:
+                with contextlib.suppress(Exception):
+                    api.delete_sandbox(name, _request_timeout=min(self.api_timeout_s, 30))
             if isinstance(exc, SubstrateError) or not isinstance(exc, Exception):
                 raise
             if is_transport(exc):

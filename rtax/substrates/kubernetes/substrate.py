@@ -138,12 +138,14 @@ class KubernetesSubstrate:
                 timeout_s=self.create_timeout_s,
                 on_wait=waits.append,
             )
-        except BaseException:
+        except BaseException as exc:
             # The API may have made the pod before its answer was lost or turned into an
             # error (a timeout, a reset connection, a 500 after the write, Ctrl-C): delete it
-            # by name and wait until it is gone. A refusal costs one 404; a pod that can't be
-            # deleted now keeps its labels, expiry included, for the reaper.
-            watch.delete_quietly(self._api, name, self._api.api_timeout_s)
+            # by name and wait until it is gone; a pod that can't be deleted now keeps its
+            # labels, expiry included, for the reaper. A 4xx refused it (and a 409 names a pod
+            # that is not this request's): nothing to delete.
+            if not 400 <= getattr(exc, "http_status", 500) < 500:
+                watch.delete_quietly(self._api, name, self._api.api_timeout_s)
             raise
         meta = pod["metadata"]
         env = Environment(
