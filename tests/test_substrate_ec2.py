@@ -605,6 +605,41 @@ def test_terminate_of_an_instance_not_visible_yet_is_retried() -> None:
     ec2.assert_no_pending_responses()
 
 
+def test_which_launch_failures_may_have_launched_an_instance() -> None:
+    """Only a definite refusal means nothing runs; anything else is looked for and ended."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    from rtax.substrates.base import RateLimited
+    from rtax.substrates.ec2.instances import may_have_launched
+
+    def answer(code: str, status: int) -> ClientError:
+        meta = {"HTTPStatusCode": status}
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": meta}, "RunInstances")
+
+    def gave_up(cause: BaseException) -> RateLimited:
+        try:
+            raise RateLimited("still throttled") from cause
+        except RateLimited as exc:
+            return exc
+
+    refused = [
+        answer("UnauthorizedOperation", 403),
+        answer("InvalidAMIID.NotFound", 400),
+        answer("InsufficientInstanceCapacity", 500),
+        answer("RequestLimitExceeded", 503),
+        gave_up(answer("RequestLimitExceeded", 503)),
+    ]
+    unknown = [
+        answer("InternalError", 500),
+        answer("Unavailable", 503),
+        gave_up(answer("ServiceUnavailable", 503)),
+        EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),
+        KeyboardInterrupt(),
+    ]
+    assert [may_have_launched(e) for e in refused] == [False] * len(refused)
+    assert [may_have_launched(e) for e in unknown] == [True] * len(unknown)
+
+
 def test_an_instance_never_visible_to_terminate_is_not_counted_as_gone() -> None:
     """Not found for as long as EC2 may hide a new instance is no proof of termination: the
     cleanup fails (the instance, if it runs, keeps its tags for the reaper)."""
