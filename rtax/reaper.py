@@ -17,7 +17,9 @@ creation. ``older_than_s`` also spares every leftover younger than it, whatever 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
@@ -163,3 +165,37 @@ def reap(
             orphan = dataclasses.replace(orphan, error=f"{type(exc).__name__}: {exc}")
         done.append(orphan)
     return done
+
+
+def sweep(
+    names: Iterable[str], build: Callable[[str], Substrate], log: logging.Logger
+) -> list[Orphan]:
+    """`reap` for a long-running process (the scheduler, at start and every `reap_interval`):
+    each name's substrate built with `build`, every failure (building, listing, removing) a
+    log line and never an exception, each orphan logged, the substrates closed after."""
+    substrates = []
+    for name in names:
+        try:
+            substrates.append(build(name))
+        except Exception as exc:
+            log.warning("reaper: cannot build %s: %s: %s", name, type(exc).__name__, exc)
+
+    def skip(name: str, exc: Exception) -> None:
+        log.warning("reaper: %s: %s: %s", name, type(exc).__name__, exc)
+
+    try:
+        orphans = reap(substrates, on_error=skip)
+    finally:
+        for substrate in substrates:
+            with contextlib.suppress(Exception):  # releasing, not measuring
+                substrate.close()
+    for orphan in orphans:
+        log.warning(
+            "%s %s leftover %s (run %s): %s",
+            "could not reap" if orphan.error else "reaped",
+            orphan.substrate,
+            orphan.leftover.env_id,
+            orphan.leftover.run_id,
+            orphan.error or orphan.reason,
+        )
+    return orphans

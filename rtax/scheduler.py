@@ -20,7 +20,6 @@ Why these choices (docs/configuration.md#scheduler):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import sqlite3
@@ -232,36 +231,10 @@ class Prober:
                 log.warning("substrate %s is skipped (optional, not usable here): %s", name, exc)
 
     def _reap(self) -> list[reaper.Orphan]:
-        """Remove the expired and orphaned environments of every enabled substrate; a
-        substrate that can't be built, listed or cleaned is logged and skipped, never fatal."""
-        substrates = []
-        for name in self.config.substrates:
-            if not self.enabled.get(name):
-                continue
-            try:
-                substrates.append(self._substrate(name))
-            except Exception as exc:
-                log.warning("reaper: cannot build %s: %s: %s", name, type(exc).__name__, exc)
-
-        def skip(name: str, exc: Exception) -> None:  # a failure never stops the monitor
-            log.warning("reaper: %s: %s: %s", name, type(exc).__name__, exc)
-
-        try:
-            orphans = reaper.reap(substrates, on_error=skip)
-        finally:
-            for substrate in substrates:
-                with contextlib.suppress(Exception):  # releasing, not measuring
-                    substrate.close()
-        for orphan in orphans:
-            log.warning(
-                "%s %s leftover %s (run %s): %s",
-                "could not reap" if orphan.error else "reaped",
-                orphan.substrate,
-                orphan.leftover.env_id,
-                orphan.leftover.run_id,
-                orphan.error or orphan.reason,
-            )
-        return orphans
+        """Remove the expired and orphaned environments of every enabled substrate; what
+        can't be built, listed or removed is logged and skipped, never fatal."""
+        names = [name for name in self.config.substrates if self.enabled.get(name)]
+        return reaper.sweep(names, self._substrate, log)
 
     def run_reaper(self) -> None:
         """The periodic reap (every ``reap_interval``), holding a probe slot so that removals
