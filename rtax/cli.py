@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--base", help="base image (default: a Debian rootfs by mmdebstrap)")
     build.add_argument("--force", action="store_true", help="rebuild even if current")
 
-    reap = sub.add_parser("reap", parents=[conf], help="remove environments no live run owns")
+    reap = sub.add_parser(
+        "reap", parents=[conf], help="remove expired environments and those no live run owns"
+    )
     reap.add_argument("--substrate", action="append", help="repeatable (default: all reachable)")
     reap.add_argument(
         "--older-than", type=number(float), metavar="MIN", help="only older, in minutes"
@@ -271,12 +273,20 @@ def cmd_reap(args: argparse.Namespace) -> int:
     )
     verb = "would remove" if args.dry_run else "removed"
     for orphan in orphans:
+        done = f"could not remove ({orphan.error})" if orphan.error else verb
         print(
-            f"{verb} {orphan.substrate} {orphan.leftover.env_id} "
-            f"(run {orphan.leftover.run_id}): {orphan.reason}"
+            f"{done} {orphan.substrate} {orphan.leftover.env_id} "
+            f"(run {orphan.leftover.run_id}){' EXPIRED' if orphan.expired else ''}: "
+            f"{orphan.reason}"
         )
-    print(f"{verb} {len(orphans)} orphan(s)", file=sys.stderr)
-    return 0
+    failed = sum(1 for o in orphans if o.error)
+    expired = sum(1 for o in orphans if o.expired)
+    print(
+        f"{verb} {len(orphans) - failed} orphan(s), {expired} of them expired"
+        + (f"; {failed} could not be removed" if failed else ""),
+        file=sys.stderr,
+    )
+    return 1 if failed else 0
 
 
 def cmd_config(args: argparse.Namespace) -> int:

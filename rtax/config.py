@@ -106,6 +106,8 @@ class Config:
     concurrency: int
     deadline_s: float
     misfire_grace_s: float
+    #: how often the scheduler reaps expired and orphaned environments (it also does at start)
+    reap_interval_s: float = 300.0
     #: where the dashboard listens (docs/dashboard.md#serving): 127.0.0.1 unless opened
     dashboard: Dashboard = field(default_factory=Dashboard)
     metrics: MetricsSettings = MetricsSettings()
@@ -384,14 +386,14 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     if not isinstance(sched, dict):
         bad("scheduler", "must be a table")
         sched = {}
-    for extra in set(sched) - {"concurrency", "deadline", "misfire_grace"}:
+    for extra in set(sched) - {"concurrency", "deadline", "misfire_grace", "reap_interval"}:
         bad(f"scheduler.{extra}", "unknown key")
     concurrency = sched.get("concurrency", 1)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         bad("scheduler.concurrency", "must be a whole number >= 1")
         concurrency = 1
     seconds = {}
-    for key, default in (("deadline", "15m"), ("misfire_grace", "5m")):
+    for key, default in (("deadline", "15m"), ("misfire_grace", "5m"), ("reap_interval", "5m")):
         try:
             seconds[key] = duration(sched.get(key, default))
             if seconds[key] < 1:
@@ -413,6 +415,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         concurrency,
         seconds["deadline"],
         seconds["misfire_grace"],
+        seconds["reap_interval"],
         dashboard,
         metrics,
     )

@@ -134,11 +134,12 @@ class _Rollout:
         #: is the substrate's (its client's or adapter's), anywhere else it is rtax's own
         self.calling: str | None = None
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)`, a substrate protocol method, remembered as the call in progress."""
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)`, a substrate protocol method, remembered as the call in
+        progress."""
         self.calling = what
         try:
-            result = fn(*args)
+            result = fn(*args, **kwargs)
         except SubstrateError:
             self.calling = None  # classified by the substrate: nothing to attribute
             raise
@@ -267,7 +268,13 @@ class _Rollout:
             raise Cancelled("cancelled: asked to stop (scheduler or CLI)")
 
     def body(self) -> None:
-        self.env = self.timed("create", lambda: self.call("create", self.sub.create, self.run_id))
+        # The environment may be used until the deadline, then during cleanup: past that
+        # (and a grace) its labels say it has expired, and any reaper removes it.
+        lifetime = self.opt.deadline_s + self.opt.cleanup_timeout_s
+        self.env = self.timed(
+            "create",
+            lambda: self.call("create", self.sub.create, self.run_id, lifetime_s=lifetime),
+        )
         self.timed(
             "orchestration",
             lambda: self.call(

@@ -13,8 +13,9 @@ Why these choices (docs/configuration.md#scheduler):
   A failing or hanging substrate never stops the monitor.
 - The scheduled time of each run is recorded beside its actual start (``scheduled_at``,
   ``started_at``): the scheduler's lag is data too.
-- Exactly one scheduler per database: an exclusive lock held for the scheduler's lifetime. On
-  start it reaps orphans that a crashed scheduler left.
+- Exactly one scheduler per database: an exclusive lock held for the scheduler's lifetime. It
+  reaps on start (orphans that a crashed scheduler left) and every ``reap_interval``: expired
+  environments go whoever owns them, so nothing outlives a long-running scheduler.
 - It serves what it stored as Prometheus metrics (`rtax.metrics`, docs/metrics.md).
 """
 
@@ -137,6 +138,13 @@ class Prober:
                     next_run_time=first + timedelta(seconds=2 * i),  # staggered first runs
                 )
             self._scheduler.add_job(
+                self.run_reaper,
+                IntervalTrigger(seconds=self.config.reap_interval_s),
+                id="reaper",
+                name="reaper",
+                next_run_time=first + timedelta(seconds=self.config.reap_interval_s),
+            )
+            self._scheduler.add_job(
                 self.run_retention,
                 IntervalTrigger(hours=1),
                 id="retention",
@@ -238,22 +246,22 @@ class Prober:
                 self.enabled[name] = False
                 log.warning("substrate %s is skipped (optional, not usable here): %s", name, exc)
 
-    def _reap(self) -> None:
-        substrates = [
-            self._substrate(name) for name in self.config.substrates if self.enabled[name]
-        ]
+    def _reap(self) -> list[reaper.Orphan]:
+        """Remove the expired and orphaned environments of every enabled substrate; what
+        can't be built, listed or removed is logged and skipped, never fatal."""
+        names = [name for name in self.config.substrates if self.enabled.get(name)]
+        return reaper.sweep(names, self._substrate, log)
 
-        def skip(name: str, exc: Exception) -> None:  # a listing failure never stops start-up
-            log.warning("could not list %s leftovers: %s: %s", name, type(exc).__name__, exc)
-
-        for orphan in reaper.reap(substrates, on_error=skip):
-            log.warning(
-                "reaped %s leftover %s (run %s): %s",
-                orphan.substrate,
-                orphan.leftover.env_id,
-                orphan.leftover.run_id,
-                orphan.reason,
-            )
+    def run_reaper(self) -> None:
+        """The periodic reap (every ``reap_interval``), holding a probe slot so that removals
+        never overlap a measurement; whatever fails is logged, the monitor goes on."""
+        with self.slots:
+            if self.stopped.is_set():
+                return
+            try:
+                self._reap()
+            except Exception:
+                log.exception("reaper failed; it runs again in %g s", self.config.reap_interval_s)
 
     def run_retention(self) -> None:
         """Fold raw samples past the retention age into rollups (holding a probe slot, so the

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,6 +18,7 @@ from rtax import reaper, workloads
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.record import PHASES, RolloutRecord
 from rtax.store import Store
+from rtax.substrates import kit
 from rtax.substrates.base import Substrate
 from rtax.workloads import Action, RepoSource, Workload
 
@@ -170,11 +171,25 @@ class SubstrateContract:
         assert len([a for a in record.actions if a["phase"] == "action"]) == 1
 
     def test_leftovers_carry_the_label(self, substrate: Substrate) -> None:
-        env = substrate.create("contract-leftover")
+        """Found by its label, with its owner and the expiry its lifetime gave it (the
+        reaper's rules read them: docs/adding-a-substrate.md#leftovers)."""
+        env = substrate.create("contract-leftover", lifetime_s=600)
         try:
             substrate.wait_running(env, 60)
             found = [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"]
             assert len(found) == 1
+            assert found[0].owner and found[0].created_at and found[0].expires_at
+            created = datetime.fromisoformat(found[0].created_at)
+            lived = datetime.fromisoformat(found[0].expires_at) - created
+            assert lived.total_seconds() == pytest.approx(600 + kit.EXPIRY_GRACE_S, abs=1)
+
+            def orphaned(**when: datetime) -> list[reaper.Orphan]:
+                found = reaper.find_orphans([substrate], **when)
+                return [o for o in found if o.leftover.run_id == "contract-leftover"]
+
+            assert orphaned() == []  # within its expiry, its owner alive: a rollout may use it
+            (expired,) = orphaned(now=created + timedelta(seconds=lived.total_seconds() + 1))
+            assert expired.expired  # past it, whoever owns it (this live process)
         finally:
             substrate.destroy(env, 60)
         assert [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"] == []

@@ -65,6 +65,17 @@ def test_mistakes_are_refused_at_once() -> None:
         f.delay("get", 1, times=0)
 
 
+def test_an_accepted_fault_is_done_then_answered_with_the_error() -> None:
+    f = _faults()
+    f.fail("create", 500, accepted=True)
+    f.fail("create", 500)
+    accepted, refused = f.take("create"), f.take("create")
+    assert accepted and accepted.failing and accepted.accepted and not accepted.refuses
+    assert refused and refused.refuses
+    with pytest.raises(ValueError, match="background operation"):
+        f.fail("start", accepted=True)
+
+
 def test_a_closed_faults_ends_every_delay() -> None:
     f = _faults()
     f.close()
@@ -131,6 +142,10 @@ def test_every_emulation_answers_the_same_fault_the_same_way(emulated: tuple[str
     assert clock() - t0 >= 0.5
     emu.faults.fail(operation, 500, times=None)
     assert [_ask(request(emu))[0] for _ in range(3)] == [500] * 3
+    emu.faults.clear()
+    emu.faults.fail(operation, 503, message="done, then refused", accepted=True)
+    status, _, body = _ask(request(emu))  # served, then answered with the error
+    assert status == 503 and "done, then refused" in body
     emu.faults.clear()
     assert _ask(request(emu))[0] == 200
 

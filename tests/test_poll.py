@@ -146,7 +146,7 @@ def test_the_runner_records_reported_and_ready_resolutions() -> None:
         mode = "exec"
         refusals = 2
 
-        def create(self, run_id: str) -> Environment:
+        def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
             return Environment("e", run_id)
 
         def wait_running(self, env: Environment, timeout_s: float) -> None:

@@ -19,10 +19,12 @@ import pytest
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.substrates import kit
 from rtax.substrates.base import (
+    CleanupFailed,
     CommandResult,
     Environment,
     ExecError,
     Leftover,
+    ReadyTimeout,
 )
 from rtax.workloads import Action, Workload
 
@@ -56,7 +58,7 @@ class FakeSubstrate:
         self.commands = commands  # command -> (seconds, exit code, stdout) or an exception
         self.calls: list[str] = []
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         self.calls.append("create")
         self.clock.advance(self.durations["create"])
         return Environment(env_id="fake-1", run_id=run_id)
@@ -223,7 +225,7 @@ class _RateLimitedCreate(FakeSubstrate):
     """Its create is refused once with "slow down" and retried by the kit's policy, on the
     fake clock, as a cloud substrate's create is."""
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         refusals = [_SlowDown()]
         policy = kit.RetryPolicy(
             base_s=0.5, jitter=lambda w: w, now=self.clock, sleep=self.clock.advance
@@ -269,3 +271,79 @@ def test_the_deadline_ends_a_rollout_and_cleanup_still_runs() -> None:
     assert "b" not in sub.calls  # 1.5 + 2.25 + 0.125 + 10 = 13.875 s > 12 s
     assert run["cleanup_s"] == 0.75
     assert run["actions_s"] == 10.0
+
+
+# -- nothing leaks: every failure after create is cleaned up (docs/adding-a-substrate.md) -------
+
+
+class _Breaks(FakeSubstrate):
+    """A fake whose start or removal can be made to fail."""
+
+    broken_wait = False
+    broken_destroy = False
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        super().wait_running(env, timeout_s)
+        if self.broken_wait:
+            raise ReadyTimeout("never running")
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        super().destroy(env, timeout_s)
+        if self.broken_destroy:
+            raise CleanupFailed("still there")
+
+
+def _refused(message: str) -> ExecError:
+    error = ExecError(message)
+    error.permanent = True  # ends the ready phase at once
+    return error
+
+
+@pytest.mark.parametrize(
+    ("where", "error_class"),
+    [
+        ("wait_running", "ready_timeout"),
+        ("ready", "exec_error"),
+        ("setup", "exec_error"),
+        ("action", "action_timeout"),
+        ("unclassified", "substrate_error"),
+        ("cancel", "cancelled"),
+    ],
+)
+def test_every_failure_after_create_destroys_the_environment(where: str, error_class: str) -> None:
+    import threading
+
+    from rtax.substrates.base import CommandTimeout
+
+    clock = FakeClock()
+    commands: dict[str, Any] = {"true": (0.1, 0, ""), "s": (0.1, 0, ""), "a": (0.1, 0, "")}
+    if where == "ready":
+        commands["true"] = _refused("exec refused")
+    elif where == "setup":
+        commands["s"] = ExecError("setup refused")
+    elif where == "action":
+        commands["a"] = CommandTimeout("killed")
+    elif where == "unclassified":
+        commands["a"] = RuntimeError("the client raised something odd")
+    sub = _Breaks(clock, DURATIONS, commands)
+    sub.broken_wait = where == "wait_running"
+    cancel = threading.Event()
+    if where == "cancel":
+        cancel.set()
+    workload = Workload("T1", 0, 0, setup=(Action("setup", "s"),), actions=(Action("exec", "a"),))
+    record = _run(sub, clock, workload, cancel=cancel)
+    assert record.run["error_class"] == error_class
+    assert sub.calls.count("destroy") == 1 and record.run["cleanup_ok"] == 1
+
+
+def test_a_destroy_that_fails_is_kept_as_cleanup_failed() -> None:
+    """The row says so; the environment, still labelled, is left to the reaper."""
+    clock = FakeClock()
+    sub = _Breaks(clock, DURATIONS, {"true": (0.1, 0, ""), "a": (0.1, 0, "")})
+    sub.broken_destroy = True
+    record = _run(sub, clock, Workload("T1", 0, 0, actions=(Action("exec", "a"),)))
+    assert (record.run["error_class"], record.run["cleanup_ok"]) == ("cleanup_failed", 0)
+    assert "still there" in record.run["error_message"]
+    sub.commands["a"] = ExecError("boom")  # an earlier failure keeps its own class
+    again = _run(sub, clock, Workload("T1", 0, 0, actions=(Action("exec", "a"),)))
+    assert (again.run["error_class"], again.run["cleanup_ok"]) == ("exec_error", 0)

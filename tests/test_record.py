@@ -87,7 +87,7 @@ class _Fake:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         return Environment(env_id="fake-1", run_id=run_id)
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:

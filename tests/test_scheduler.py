@@ -61,9 +61,9 @@ class _Hang(LocalSubstrate):
 
     release = threading.Event()
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         self.release.wait(120)
-        return super().create(run_id)
+        return super().create(run_id, lifetime_s=lifetime_s)
 
 
 @pytest.fixture

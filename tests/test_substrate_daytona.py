@@ -26,6 +26,7 @@ from rtax.substrates import get_substrate
 from rtax.substrates.base import (
     LABEL,
     CommandResult,
+    CreateFailed,
     Environment,
     SubstrateError,
     clock,
@@ -164,6 +165,22 @@ def test_create_refused_is_create_failed(
     assert (run["status"], run["error_class"]) == ("failed", "create_failed")
     assert "HTTP 403" in run["error_message"] and "quota" in run["error_message"]
     assert run["cleanup_ok"] is None  # nothing was made, nothing to clean
+
+
+def test_a_500_after_the_sandbox_was_made_leaves_no_sandbox(
+    emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate
+) -> None:
+    """Daytona made the sandbox, then answered 500: the create fails and the sandbox is
+    deleted by name, so that nothing is left to bill."""
+    before = len(emulation.requests_for("create"))
+    emulation.faults.fail("create", 500, message="internal error", accepted=True)
+    with pytest.raises(CreateFailed, match="500"):
+        daytona_exec.create("sandbox-500-accepted")
+    assert len(emulation.requests_for("create")) - before == 1
+    deadline = time.monotonic() + 30
+    while [lo for lo in daytona_exec.leftovers() if lo.run_id == "sandbox-500-accepted"]:
+        assert time.monotonic() < deadline, "the sandbox made before the 500 is still there"
+        time.sleep(0.05)  # deletion is asynchronous: polling with a deadline
 
 
 def test_rate_limited_create_is_retried_then_succeeds(

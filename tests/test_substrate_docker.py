@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import docker.errors
@@ -415,6 +416,9 @@ def test_reaper_removes_orphans_only(
             f"{LABEL}.created_at": stamp,
         },
     )
+    # a live rollout's: its owner alive and its expiry ahead (a leftover with no expiry label
+    # older than a day, like the orphan, would go whoever owns it)
+    now = datetime.now(UTC)
     live = _plant(
         api,
         runner_image,
@@ -422,7 +426,8 @@ def test_reaper_removes_orphans_only(
             LABEL: "1",
             f"{LABEL}.run_id": "planted-live",
             f"{LABEL}.owner": f"{host}:{os.getpid()}",
-            f"{LABEL}.created_at": stamp,
+            f"{LABEL}.created_at": (now - timedelta(hours=2)).isoformat(),
+            f"{LABEL}.expires_at": (now + timedelta(hours=1)).isoformat(),
         },
     )
     foreign = _plant(api, runner_image, {"someone.else": "1"})

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import tomllib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +26,9 @@ from rtax.record import PHASES
 from rtax.store import Store
 from rtax.substrates.base import (
     LABEL,
+    CleanupFailed,
     CommandResult,
+    CreateFailed,
     Environment,
     SubstrateError,
     clock,
@@ -182,6 +185,20 @@ def test_create_refused_is_create_failed(
     assert emulation.requests["ec2:RunInstances"] == 1  # a refusal is not retried
 
 
+def test_a_launch_answered_500_after_it_was_accepted_is_terminated(
+    emulation: Ec2Emulation, fast: Ec2Substrate
+) -> None:
+    """EC2 launched the instance, then the answer was a 500: the substrate finds the launch
+    again through its ClientToken and terminates it; nothing is left running."""
+    emulation.faults.fail("RunInstances", 500, code="InternalError", accepted=True)
+    with pytest.raises(CreateFailed, match="InternalError"):
+        fast.create("launch-500-accepted")
+    instance_id = _instance_id(emulation, "launch-500-accepted")  # it was launched
+    assert _state(emulation, instance_id) in ("shutting-down", "terminated")
+    assert [lo for lo in fast.leftovers() if lo.run_id == "launch-500-accepted"] == []
+    _wait_container_gone(emulation, "launch-500-accepted")
+
+
 def test_throttling_is_retried_then_succeeds(
     emulation: Ec2Emulation, fast: Ec2Substrate, store: Store
 ) -> None:
@@ -324,7 +341,8 @@ def test_no_result_past_the_backstop_is_cancelled_client_side(
 @pytest.fixture
 def env(emulation: Ec2Emulation) -> Iterator[tuple[Ec2Substrate, Environment]]:
     sub = Ec2Substrate(**emulation.substrate_params())
-    made = sub.create("ssm-details")
+    # a run id (the launch's ClientToken) per test: a repeated token answers the first launch
+    made = sub.create(f"ssm-details-{uuid.uuid4().hex[:8]}")
     try:
         sub.wait_running(made, 60)
         sub.run(made, "true", 60)
@@ -585,6 +603,51 @@ def test_terminate_of_an_instance_not_visible_yet_is_retried() -> None:
     ec2.add_response("describe_instances", _instances("terminated"))
     sub.destroy(Environment("i-1", "r"), 10)
     ec2.assert_no_pending_responses()
+
+
+def test_which_launch_failures_may_have_launched_an_instance() -> None:
+    """Only a definite refusal means nothing runs; anything else is looked for and ended."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    from rtax.substrates.base import RateLimited
+    from rtax.substrates.ec2.instances import may_have_launched
+
+    def answer(code: str, status: int) -> ClientError:
+        meta = {"HTTPStatusCode": status}
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": meta}, "RunInstances")
+
+    def gave_up(cause: BaseException) -> RateLimited:
+        try:
+            raise RateLimited("still throttled") from cause
+        except RateLimited as exc:
+            return exc
+
+    refused = [
+        answer("UnauthorizedOperation", 403),
+        answer("InvalidAMIID.NotFound", 400),
+        answer("InsufficientInstanceCapacity", 500),
+        answer("RequestLimitExceeded", 503),
+        gave_up(answer("RequestLimitExceeded", 503)),
+    ]
+    unknown = [
+        answer("InternalError", 500),
+        answer("Unavailable", 503),
+        gave_up(answer("ServiceUnavailable", 503)),
+        EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),
+        KeyboardInterrupt(),
+    ]
+    assert [may_have_launched(e) for e in refused] == [False] * len(refused)
+    assert [may_have_launched(e) for e in unknown] == [True] * len(unknown)
+
+
+def test_an_instance_never_visible_to_terminate_is_not_counted_as_gone() -> None:
+    """Not found for as long as EC2 may hide a new instance is no proof of termination: the
+    cleanup fails (the instance, if it runs, keeps its tags for the reaper)."""
+    sub, ec2, _ = _stubbed()
+    for _ in range(500):  # more than the polls that fit in the timeout
+        ec2.add_client_error("terminate_instances", "InvalidInstanceID.NotFound")
+    with pytest.raises(CleanupFailed, match="cannot verify that it is gone"):
+        sub.destroy(Environment("i-1", "r"), 0.2)
 
 
 def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() -> None:

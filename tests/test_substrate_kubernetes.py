@@ -17,7 +17,13 @@ from rtax import workloads
 from rtax.emulation.kubernetes import KubernetesEmulation
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.store import Store
-from rtax.substrates.base import ExecError, SubstrateError, clock, require_host_address
+from rtax.substrates.base import (
+    CreateFailed,
+    ExecError,
+    SubstrateError,
+    clock,
+    require_host_address,
+)
 from rtax.substrates.kubernetes import KubernetesSubstrate
 from rtax.workloads import RepoSource
 
@@ -201,6 +207,34 @@ def test_create_answer_lost_is_create_timeout_and_nothing_left(
     deadline = clock() + 30
     while [lo for lo in sub.leftovers() if lo.run_id == record.run["run_id"]]:
         assert clock() < deadline, "the pod whose answer was lost was not deleted"
+
+
+def test_a_500_after_the_pod_was_made_leaves_no_pod(
+    k8s: KubernetesSubstrate, emulation: KubernetesEmulation
+) -> None:
+    """The API server wrote the pod, then answered 500: the create fails and the pod is
+    deleted by name, verified gone before the error leaves the substrate."""
+    emulation.faults.fail("create", 500, message="etcdserver: request timed out", accepted=True)
+    with pytest.raises(CreateFailed, match="HTTP 500"):
+        k8s.create("pod-500-accepted")
+    made = [p for m, p in emulation.requests if m == "POST" and p.endswith("/pods")]
+    assert made, "the POST was sent"
+    assert [lo for lo in k8s.leftovers() if lo.run_id == "pod-500-accepted"] == []
+
+
+def test_a_create_refused_as_already_existing_leaves_the_other_pod_alone(
+    k8s: KubernetesSubstrate,
+) -> None:
+    """A 409 names a pod that is not this request's: the failed create must not delete it."""
+    first = k8s.create("pod-same-name")
+    try:
+        with pytest.raises(CreateFailed, match="HTTP 409"):
+            k8s.create("pod-same-name")
+        assert [lo.env_id for lo in k8s.leftovers() if lo.run_id == "pod-same-name"] == [
+            first.env_id
+        ]
+    finally:
+        k8s.destroy(first, 60)
 
 
 def test_pod_held_pending_is_ready_timeout_kept_and_nothing_left(

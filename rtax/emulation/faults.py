@@ -7,13 +7,17 @@ same way everywhere (how many times, in which order, how late, with which header
 
 Every emulation has a `Faults` as ``faults``; a test says what the service does next:
 
-- ``fail(operation, status, *, code=None, message=None, retry_after=None, delay_s=0, times=1)``:
-  the next `times` occurrences of `operation` (``times=None``: every one, until cleared) fail.
+- ``fail(operation, status, *, code=None, message=None, retry_after=None, delay_s=0, times=1,
+  accepted=False)``: the next `times` occurrences of `operation` (``times=None``: every one,
+  until cleared) fail.
   A *request* is answered with HTTP `status` in the service's own error format, without doing
   the work: `code` is the service's name for the error (the Kubernetes ``reason``, the AWS error
   code, Daytona's ``error``), `message` is echoed verbatim (a planted secret included: that is
   how the secret tests check an API that echoes credentials), `retry_after` adds a
-  ``Retry-After`` header, and the answer is sent `delay_s` late. A service whose errors are
+  ``Retry-After`` header, and the answer is sent `delay_s` late. With ``accepted=True`` the
+  request *is* done first and only then answered with the error: the service accepted the work
+  and the answer was lost or wrong (a 500 after a create went through), the case a client must
+  clean up after without knowing what it made. A service whose errors are
   named by code (EC2, SSM) knows each code's status and message, so ``fail("RunInstances",
   code="UnauthorizedOperation")`` is enough. A *background* operation (one the service does on
   its own, with no request to answer) takes no status: it fails the way the service shows it.
@@ -71,6 +75,13 @@ class Fault:
     delay_s: float
     #: occurrences left (None: every one until cleared)
     times: int | None
+    #: a failing request is done first, then answered with the error (``fail(accepted=True)``)
+    accepted: bool = False
+
+    @property
+    def refuses(self) -> bool:
+        """The request is answered with the error *instead of* being done."""
+        return self.failing and not self.accepted
 
     @property
     def headers(self) -> dict[str, str]:
@@ -112,11 +123,13 @@ class Faults:
         retry_after: int | None = None,
         delay_s: float = 0.0,
         times: int | None = 1,
+        accepted: bool = False,
     ) -> None:
-        """The next `times` occurrences of `operation` fail (see the module docstring)."""
+        """The next `times` occurrences of `operation` fail (see the module docstring);
+        `accepted`: the request is done, then answered with the error."""
         self._check(operation, times)
         if operation in self.background:
-            if status is not None or code is not None or retry_after is not None:
+            if status is not None or code is not None or retry_after is not None or accepted:
                 raise ValueError(f"{operation} is a background operation: it has no answer")
             text = message if message is not None else f"injected failure of {operation}"
         else:
@@ -128,7 +141,7 @@ class Faults:
                 f"injected {status} on {operation}" if known_message is None else known_message
             )
             text = message if message is not None else default
-        fault = Fault(operation, True, status, code, text, retry_after, delay_s, times)
+        fault = Fault(operation, True, status, code, text, retry_after, delay_s, times, accepted)
         with self._lock:
             self._planted.setdefault(operation, []).append(fault)
 

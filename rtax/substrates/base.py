@@ -10,7 +10,7 @@ command timeouts) is in `rtax.substrates.kit`, so that each kind's file holds on
 Life of one environment::
 
     sub.prepare(log)                     # once, before any clock starts: build what is missing
-    env = sub.create(run_id)             # request sent -> the API accepted and returned
+    env = sub.create(run_id, lifetime_s=...)  # request sent -> the API accepted and returned
     sub.wait_running(env, timeout_s)     # accepted -> the substrate reports it running
     sub.run(env, "true", timeout_s)      # commands; the first successful one is "ready"
     sub.destroy(env, timeout_s)          # delete, then verify that it is gone
@@ -115,12 +115,15 @@ class Leftover(Environment):
 
     It is an `Environment` (with no handle) so that removing one is `destroy`, the same path
     as a rollout's own cleanup. `owner` is "host:pid" of the process that created it, so that
-    the reaper can tell a crashed run's orphan from an environment that a live run still uses.
+    the reaper can tell a crashed run's orphan from an environment that a live run still uses;
+    `expires_at` (UTC, ISO) is when no rollout can be using it any more, whoever its owner
+    (None: made before environments carried an expiry, or outside a rollout).
     """
 
     created_at: str | None = None
     owner: str | None = None
     detail: str = ""
+    expires_at: str | None = None
 
 
 class SubstrateError(Exception):
@@ -223,8 +226,12 @@ class Substrate(Protocol):
         """Make sure the substrate can run rollouts (e.g. build a missing image); idempotent."""
         ...
 
-    def create(self, run_id: str) -> Environment:
-        """Ask for a new environment labelled with `LABEL` and `run_id`; return once accepted."""
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
+        """Ask for a new environment labelled with `LABEL` and `run_id`; return once accepted.
+        `lifetime_s`: how long the rollout may use it (its deadline and cleanup), written into
+        its labels as an expiry (`kit.labels`). Any failure after the request was sent must end
+        with nothing made, or with the environment removed, or leave it labelled for the
+        reaper (docs/adding-a-substrate.md#leftovers)."""
         ...
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:

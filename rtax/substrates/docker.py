@@ -104,7 +104,7 @@ class DockerSubstrate:
 
     # -- life of one environment ------------------------------------------------------------
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         errors = _docker().errors
         host_config = self.api.create_host_config(
             nano_cpus=int(self.cpus * 1e9) if self.cpus else None,
@@ -119,7 +119,7 @@ class DockerSubstrate:
                 created = self.api.create_container(
                     self.image,
                     command=["sleep", "infinity"],
-                    labels=kit.labels(run_id, self.name),
+                    labels=kit.labels(run_id, self.name, lifetime_s),
                     host_config=host_config,
                     working_dir="/work",
                     name=name,
@@ -130,12 +130,16 @@ class DockerSubstrate:
                 )
         except errors.ImageNotFound as exc:
             raise CreateFailed(f"image {self.image} not found (run: rtax image build)") from exc
-        except errors.APIError as exc:
-            raise _classify(exc, CreateFailed) from exc
         except BaseException as exc:
-            # The engine may have made the container before the answer was lost (a transport
-            # timeout, Ctrl-C): remove it by its name, so that nothing outlives the rollout.
-            self._remove_quietly(name)
+            # The engine may have made the container before the answer was lost or turned
+            # into an error (a transport timeout, a 500 after the create, Ctrl-C): remove it by
+            # its name, so that nothing outlives the rollout. A 4xx refused it: nothing to do
+            # (and a 409 names a container that is not this request's).
+            api_error = isinstance(exc, errors.APIError)
+            if not (api_error and (getattr(exc, "status_code", None) or 500) < 500):
+                self._remove_quietly(name)
+            if isinstance(exc, errors.APIError):
+                raise _classify(exc, CreateFailed) from exc
             if isinstance(exc, _transport_errors()):
                 raise CreateTimeout(f"container create: {exc}") from exc
             raise

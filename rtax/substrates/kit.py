@@ -5,10 +5,10 @@ that shape a sample or its clean-up must not differ by accident from one kind to
 substrate's file keeps only what is specific to its API (which call creates, how a state is
 read, how an error is classified) and takes the rest from here:
 
-- labels and leftovers: one label vocabulary for every environment (`labels`, `selector`) and
-  one way back from labels to a `Leftover` (`leftover`), so that `rtax reap` reads every kind
-  alike. Each kind renders the dict in its API's form (container labels, pod labels and
-  annotations, instance tags, sandbox labels, a label file).
+- labels and leftovers: one label vocabulary for every environment (`labels`, `selector`),
+  its expiry included, and one way back from labels to a `Leftover` (`leftover`), so that
+  `rtax reap` reads every kind alike. Each kind renders the dict in its API's form (container
+  labels, pod labels and annotations, instance tags, sandbox labels, a label file).
 - rate limits: one `RetryPolicy` (attempts, exponential backoff from `base_s` capped at `max_s`,
   a deadline), one rule for Retry-After, and every wait recorded (`RateLimitWait`).
 - polling: `poll` (`rtax.substrates.poll`): a fixed interval, a deadline, and the resolution
@@ -31,7 +31,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -50,6 +50,7 @@ from rtax.substrates.poll import Polled, poll
 
 __all__ = [
     "COMMAND_ENV",
+    "EXPIRY_GRACE_S",
     "KILL_GRACE_S",
     "Polled",
     "RetryPolicy",
@@ -77,6 +78,11 @@ RUN_ID = f"{LABEL}.run_id"
 CREATED_AT = f"{LABEL}.created_at"
 OWNER = f"{LABEL}.owner"
 SUBSTRATE = f"{LABEL}.substrate"
+EXPIRES_AT = f"{LABEL}.expires_at"
+
+#: Added to an environment's lifetime for its expiry: clock skew between the host that labels
+#: and the host that reaps, and a call in flight at the deadline that answers a little late.
+EXPIRY_GRACE_S = 300.0
 
 
 def owner() -> str:
@@ -84,16 +90,24 @@ def owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def labels(run_id: str, substrate: str) -> dict[str, str]:
+def labels(run_id: str, substrate: str, lifetime_s: float | None = None) -> dict[str, str]:
     """The labels of a new environment: the rtax mark, its run id, creation time (UTC, ISO),
-    owner and substrate name (several names share a kind and an endpoint: each reaps its own)."""
-    return {
+    owner and substrate name (several names share a kind and an endpoint: each reaps its own),
+    and, given the `lifetime_s` its rollout may use it (`Substrate.create`), its expiry: created
+    + lifetime + `EXPIRY_GRACE_S`. Past its expiry no live rollout uses it, whoever owns it,
+    and the reaper removes it (docs/adding-a-substrate.md#leftovers)."""
+    created = datetime.now(UTC)
+    marks = {
         LABEL: "1",
         RUN_ID: run_id,
-        CREATED_AT: datetime.now(UTC).isoformat(),
+        CREATED_AT: created.isoformat(),
         OWNER: owner(),
         SUBSTRATE: substrate,
     }
+    if lifetime_s is not None:
+        expires = created + timedelta(seconds=lifetime_s + EXPIRY_GRACE_S)
+        marks[EXPIRES_AT] = expires.isoformat()
+    return marks
 
 
 def selector(substrate: str) -> dict[str, str]:
@@ -121,6 +135,7 @@ def leftover(
         created_at=created,
         owner=found.get(OWNER),
         detail=detail,
+        expires_at=found.get(EXPIRES_AT),
     )
 
 

@@ -94,9 +94,10 @@ class LocalSubstrate:
             }
         return self._base_env
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         workdir = self.root / f"rtax-{run_id}"
-        label = kit.labels(run_id, self.name)
+        label = kit.labels(run_id, self.name, lifetime_s)
+        command_env = {**self.command_env(), "HOME": str(workdir), ENV_MARKER: str(workdir)}
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             # The label goes in first, so that a copy interrupted half-way is still a leftover
@@ -110,7 +111,6 @@ class LocalSubstrate:
             if isinstance(exc, OSError):
                 raise CreateFailed(f"cannot make {workdir}: {exc}") from exc
             raise
-        command_env = {**self.command_env(), "HOME": str(workdir), ENV_MARKER: str(workdir)}
         env = Environment(
             env_id=str(workdir), run_id=run_id, handle={"path": workdir, "env": command_env}
         )

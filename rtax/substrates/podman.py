@@ -175,10 +175,10 @@ class PodmanSubstrate:
 
     # -- life of one environment ------------------------------------------------------------
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         name = f"rtax-{run_id}"
         argv = ["create", "--name", name, "--init", "--network", self.network, "-w", "/work"]
-        for key, value in kit.labels(run_id, self.name).items():
+        for key, value in kit.labels(run_id, self.name, lifetime_s).items():
             argv += ["--label", f"{key}={value}"]
         if self.cpus:
             argv += ["--cpus", f"{self.cpus:g}"]

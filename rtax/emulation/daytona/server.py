@@ -190,13 +190,16 @@ class DaytonaEmulation(LoopbackServer):
                 if request.headers.get("authorization") != f"Bearer {self.api_key}":
                     raise HttpError(401, "Invalid credentials")
                 fault = self.faults.take(route)
-                if fault is not None and fault.failing:
+                if fault is not None and fault.refuses:
                     assert fault.status is not None
                     raise HttpError(fault.status, fault.message, fault.code, fault.headers)
                 body = await request.json() if request.method == "POST" else None
                 status, payload = await run_in_threadpool(
                     handler, dict(request.path_params), dict(request.query_params), body
                 )
+                if fault is not None and fault.failing:  # accepted: done, then the error
+                    assert fault.status is not None
+                    raise HttpError(fault.status, fault.message, fault.code, fault.headers)
             except HttpError as exc:
                 answer: Any = JSONResponse(exc.envelope(), exc.status, headers=exc.headers)
             else:

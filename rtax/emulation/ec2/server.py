@@ -61,6 +61,8 @@ class Ec2Emulation(LoopbackServer):
         #: requests seen, by "ec2:<Action>" or "ssm:<Target>" (faulted ones included)
         self.requests: Counter[str] = Counter()
         self._requests_lock = threading.Lock()
+        #: RunInstances answers by ClientToken: a repeated launch answers the first one
+        self._launches: dict[str, Answer] = {}
         self._server: ThreadingHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
 
@@ -122,24 +124,24 @@ class Ec2Emulation(LoopbackServer):
             with self._requests_lock:
                 self.requests[f"{service}:{operation}"] += 1
         fault = self.faults.take(operation) if operation else None
-        if fault is not None and fault.failing:
-            self.faults.wait(fault.delay_s)
-            assert fault.status is not None
+        if fault is None or not fault.refuses:
             if service == "ssm":
-                code = fault.code or "InternalServerError"
-                status, kept, data = _ssm(fault.status, ssm_error(code, fault.message))
+                result = _ssm(*self.ssm.request(operation, body))
             else:
-                code = fault.code or "InternalError"
-                kept = [("Content-Type", "text/xml")]
-                status, data = fault.status, ec2_error(code, fault.message)
-            return status, kept + list(fault.headers.items()), data
-        if service == "ssm":
-            result = _ssm(*self.ssm.request(operation, body))
-        else:
-            result = self._ec2(method, path, headers, body, form, operation)
+                result = self._ec2(method, path, headers, body, form, operation)
         if fault is not None:
-            self.faults.wait(fault.delay_s)  # done, answered late
-        return result
+            self.faults.wait(fault.delay_s)  # refused, or done, answered late
+        if fault is None or not fault.failing:
+            return result
+        assert fault.status is not None
+        if service == "ssm":
+            code = fault.code or "InternalServerError"
+            status, kept, data = _ssm(fault.status, ssm_error(code, fault.message))
+        else:
+            code = fault.code or "InternalError"
+            kept = [("Content-Type", "text/xml")]
+            status, data = fault.status, ec2_error(code, fault.message)
+        return status, kept + list(fault.headers.items()), data
 
     def _ec2(
         self,
@@ -152,7 +154,15 @@ class Ec2Emulation(LoopbackServer):
     ) -> Answer:
         """Forward to moto; make or remove the containers of the instances it launched or
         terminated."""
+        token = (form.get("ClientToken") or [""])[0] if action == "RunInstances" else ""
+        with self._requests_lock:
+            launched = self._launches.get(token) if token else None
+        if launched is not None:  # EC2's idempotency: the same ClientToken, the same launch
+            return launched
         status, answer_headers, data = self.moto.forward(method, path, headers, body)
+        if status == 200 and token:
+            with self._requests_lock:
+                self._launches[token] = (status, answer_headers, data)
         if status == 200 and action == "RunInstances":
             for instance_id in _INSTANCE_ID.findall(data.decode("utf-8", "replace")):
                 self.fleet.launch(instance_id)

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import json
 import logging
+import shlex
 import socket
 import threading
 import time
@@ -204,7 +205,10 @@ class KubernetesEmulation(LoopbackServer):
         async def endpoint(request: Any) -> Any:
             watching = op in ("list", "events") and is_true(request.query_params.get("watch"))
             denied, fault = self._admit(request, "watch" if watching else op)
-            answer = denied if denied is not None else await handler(request)
+            if denied is None or (fault is not None and fault.accepted):
+                answer = await handler(request)  # an accepted fault's work is done, then denied
+            if denied is not None:
+                answer = denied
             if fault is not None:
                 await self.faults.wait_async(fault.delay_s)
             return answer
@@ -361,6 +365,8 @@ class KubernetesEmulation(LoopbackServer):
     async def _exec(self, ws: Any) -> None:
         """One command over a v4/v5 channel WebSocket, run in the pod's real container."""
         denied, fault = self._admit(ws, "exec")
+        if denied is not None and fault is not None and fault.accepted:
+            await self._exec_unanswered(ws)  # the command runs; the answer is the error
         if fault is not None:
             # a failing one is answered late; a delayed one is an upgrade request held with
             # no answer, then dropped (the answer would have to come before the work)
@@ -380,6 +386,18 @@ class KubernetesEmulation(LoopbackServer):
         env = self.kubelet.envs.get(pod["metadata"]["uid"])
         sub = self.kubelet.docker(self.image)
         await run_exec(ws, pod, env, sub, self.exec_protocols)
+
+    async def _exec_unanswered(self, ws: Any) -> None:
+        """An accepted exec fault: run the command in the pod's container, answer nothing."""
+        from starlette.concurrency import run_in_threadpool
+
+        pod = self.state.get("pods", ws.path_params["ns"], ws.path_params["name"])
+        env = self.kubelet.envs.get(pod["metadata"]["uid"]) if pod is not None else None
+        command = ws.query_params.getlist("command")
+        if env is not None and command:
+            sub = self.kubelet.docker(self.image)
+            with contextlib.suppress(Exception):
+                await run_in_threadpool(sub.run, env, shlex.join(command), 60.0)
 
 
 def _denial_is_complete(record: logging.LogRecord) -> bool:

@@ -197,12 +197,12 @@ class DaytonaSubstrate:
     # -- life of one environment ------------------------------------------------------------
 
     @redacting
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         client = self.client()
         name = f"rtax-{run_id}"
         body = create_request(
             name,
-            kit.labels(run_id, self.name),
+            kit.labels(run_id, self.name, lifetime_s),
             target=self.target,
             snapshot=self.snapshot,
             image=self.image,
@@ -218,13 +218,18 @@ class DaytonaSubstrate:
                 lambda: api.create_sandbox(body, _request_timeout=self.create_timeout_s),
                 waits=waits,
             )
-        except SubstrateError:
-            raise
-        except Exception as exc:
-            if is_transport(exc):
-                # The API may have made it before the answer was lost: delete it by name.
+        except BaseException as exc:
+            # The API may have made it before the answer was lost or turned into an error (a
+            # timeout, a 500 after the write, Ctrl-C): delete it by name. One that can't be
+            # deleted now keeps its labels, expiry included, for the reaper, and stops by
+            # itself after `auto_stop_interval_min`. A 4xx refused it (and a 409 names a
+            # sandbox that is not this request's): nothing to delete.
+            if not 400 <= (status(exc) or 500) < 500:
                 with contextlib.suppress(Exception):
-                    api.delete_sandbox(name, _request_timeout=30)
+                    api.delete_sandbox(name, _request_timeout=min(self.api_timeout_s, 30))
+            if isinstance(exc, SubstrateError) or not isinstance(exc, Exception):
+                raise
+            if is_transport(exc):
                 raise self._error(CreateTimeout, "create sandbox", exc) from exc
             raise self._error(CreateFailed, "create sandbox refused", exc) from exc
         sandbox = sandbox_of(client, dto)

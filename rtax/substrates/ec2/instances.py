@@ -4,8 +4,9 @@ Why apart from the commands: an instance's life (``RunInstances`` -> ``DescribeI
 ``TerminateInstances``) is EC2's API and SSM's commands are another; the commands only ask this
 module whether an instance is still there. What EC2 adds to every kind's rules is eventual
 consistency: a just-launched instance may be invisible for a while (so "not found" is "not yet"
-for `VISIBLE_WITHIN_S`), and a launch whose answer was lost is found again through its
-``ClientToken``. Tags are the kit's labels (`kit.labels`, `kit.selector`, `kit.leftover`).
+for `VISIBLE_WITHIN_S`, and never proof of removal), and a launch whose answer was lost is found
+again through its ``ClientToken``. Tags are the kit's labels (`kit.labels`, `kit.selector`,
+`kit.leftover`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,39 @@ from rtax.substrates.base import (
     SubstrateError,
     clock,
 )
-from rtax.substrates.ec2.api import Aws, api_errors, botocore_errors, code, message
+from rtax.substrates.ec2.api import (
+    THROTTLE_CODES,
+    Aws,
+    api_errors,
+    botocore_errors,
+    code,
+    message,
+    status,
+)
 
 #: How long a just-launched instance may stay invisible to the API (eventual consistency).
 VISIBLE_WITHIN_S = 30.0
 #: Instance states in which an instance still exists (and still costs, or will).
 ALIVE = ("pending", "running", "stopping", "stopped", "shutting-down")
 GONE = ("shutting-down", "terminated")
+
+
+def may_have_launched(exc: BaseException) -> bool:
+    """Whether RunInstances may have launched an instance although it raised `exc`: anything
+    but a definite refusal. Refusals are a 4xx answer, a server error that names the reason
+    nothing was launched (``Insufficient*Capacity``) and throttling (``RequestLimitExceeded``
+    refuses the request); a 500 ``InternalError``, a 503 ``Unavailable``, a lost answer or an
+    interrupt leave it unknown (`rtax.substrates.base.RateLimited` is judged by its last
+    refusal)."""
+    errors = botocore_errors()
+    if isinstance(exc, RateLimited):
+        cause = exc.__cause__
+        return cause is not None and may_have_launched(cause)
+    if isinstance(exc, errors.ClientError):
+        answered = status(exc) or 500
+        refused = code(exc).startswith("Insufficient") or code(exc) in THROTTLE_CODES
+        return answered >= 500 and not refused
+    return True
 
 
 def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -47,10 +74,11 @@ def launch_request(
     subnet_id: str | None,
     security_group_ids: list[str],
     instance_profile: str | None,
+    lifetime_s: float | None = None,
 ) -> dict[str, Any]:
     """RunInstances' arguments: one instance, the kit's labels as tags (over the user's own),
     and shutdown = terminate, so that an instance that powers itself off stops costing."""
-    tagged = tag_list({**tags, "Name": f"rtax-{run_id}", **kit.labels(run_id, name)})
+    tagged = tag_list({**tags, "Name": f"rtax-{run_id}", **kit.labels(run_id, name, lifetime_s)})
     request: dict[str, Any] = {
         "ImageId": ami,
         "InstanceType": instance_type,
@@ -119,7 +147,8 @@ class Instances:
     def terminate_and_wait(
         self, instance_id: str, timeout_s: float, waits: list[RateLimitWait]
     ) -> float:
-        """Terminate, then poll until terminated; returns the resolution of both polls."""
+        """Terminate, then poll until terminated; returns the resolution of both polls. An
+        instance never visible to TerminateInstances is `CleanupFailed`, not "gone"."""
         errors = botocore_errors()
         deadline = clock() + timeout_s
         unseen_until = min(deadline, clock() + VISIBLE_WITHIN_S)
@@ -155,7 +184,12 @@ class Instances:
                     timeout=_NeverSeen,
                 )
             except _NeverSeen:
-                return 0.0  # never visible: nothing to terminate, nothing was waited for
+                # Not proof that it is gone: an instance this run launched (or the reaper just
+                # listed) that EC2 won't show may still run. It keeps its tags: a leftover.
+                raise CleanupFailed(
+                    f"instance {instance_id} not visible to TerminateInstances within "
+                    f"{min(timeout_s, VISIBLE_WITHIN_S):g} s: cannot verify that it is gone"
+                ) from None
             gone = kit.poll(
                 terminated,
                 interval_s=self.interval_s,
@@ -170,19 +204,22 @@ class Instances:
             raise CleanupFailed(f"terminate {instance_id}: {text}") from exc
 
     def terminate_lost_launch(self, request: dict[str, Any], run_id: str) -> None:
-        """Best effort after a lost RunInstances answer. The same request with the same
-        ClientToken is idempotent: it answers the instance the lost request launched (or
-        launches one if it never arrived), which is then terminated. The search by run id tag
-        is the fallback only: DescribeInstances may not show a new instance for a while."""
+        """Best effort after a RunInstances that may have launched (`may_have_launched`). The
+        same request with the same ClientToken is idempotent: it answers the instance the lost
+        request launched (or launches one if it never arrived), which is then terminated. The
+        search by run id tag comes after, for anything else with the run's tag (it may not show
+        a new instance for a while). What is still missed carries the run's tags, expiry
+        included, and the reaper terminates it."""
         ec2 = self.aws.ec2
+        ids: set[str] = set()
         with contextlib.suppress(Exception):  # the original failure is what the row reports
             answer = self.aws.call(ec2, "run_instances", **request)
-            ids = [i["InstanceId"] for i in answer.get("Instances") or []]
-            self.aws.call(ec2, "terminate_instances", InstanceIds=ids)
-            return
+            ids.update(i["InstanceId"] for i in answer.get("Instances") or [])
         with contextlib.suppress(Exception):
-            for found in self.find({kit.RUN_ID: run_id}):
-                self.aws.call(ec2, "terminate_instances", InstanceIds=[found.env_id])
+            ids.update(found.env_id for found in self.find({kit.RUN_ID: run_id}))
+        with contextlib.suppress(Exception):
+            if ids:
+                self.aws.call(ec2, "terminate_instances", InstanceIds=sorted(ids))
 
     def find(self, also: dict[str, str] | None = None) -> list[Leftover]:
         """Every instance of this substrate still alive, with the tags `also` too."""

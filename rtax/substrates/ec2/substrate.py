@@ -23,7 +23,6 @@ from rtax.substrates.base import (
     Environment,
     ExecError,
     Leftover,
-    RateLimited,
     RateLimitWait,
     ReadyTimeout,
     SubstrateError,
@@ -150,7 +149,7 @@ class Ec2Substrate:
     # -- life of one environment ------------------------------------------------------------
 
     @redacting
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         errors = botocore_errors()
         if not self.ami:
             raise CreateFailed("no AMI configured: set the ec2 substrate's `ami` parameter")
@@ -163,20 +162,22 @@ class Ec2Substrate:
             subnet_id=self.subnet_id,
             security_group_ids=self.security_group_ids,
             instance_profile=self.instance_profile,
+            lifetime_s=lifetime_s,
         )
         waits: list[RateLimitWait] = []
         try:
             answer = self.aws.call(self.ec2, "run_instances", waits=waits, **request)
-        except errors.ClientError as exc:
-            raise CreateFailed(f"RunInstances refused: {message(exc)}") from exc
         except errors.NoCredentialsError as exc:
-            raise CreateFailed(NO_CREDENTIALS) from exc
-        except RateLimited:
-            raise  # every attempt was answered "slow down": nothing was launched
+            raise CreateFailed(NO_CREDENTIALS) from exc  # nothing was sent
         except BaseException as exc:
-            # The instance may have been launched before the answer was lost (a transport
-            # timeout, Ctrl-C): recover its id through the ClientToken and terminate it.
-            self.instances.terminate_lost_launch(request, run_id)
+            if inst.may_have_launched(exc):
+                # The instance may have been launched before the answer was lost or turned
+                # into an error (a transport timeout, a 500 InternalError, Ctrl-C): recover it
+                # through the ClientToken and terminate it; what can't be is tagged for the
+                # reaper (docs/substrates/docker.md#reaper).
+                self.instances.terminate_lost_launch(request, run_id)
+            if isinstance(exc, errors.ClientError):
+                raise CreateFailed(f"RunInstances refused: {message(exc)}") from exc
             if isinstance(exc, transport_errors()):
                 raise CreateTimeout(f"RunInstances: {exc}") from exc
             raise

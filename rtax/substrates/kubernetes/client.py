@@ -133,7 +133,9 @@ class Api:
                 raise Expired() from None
             if exc.status == 0:
                 raise fail(f"{what}: {reason(exc)}") from None
-            raise fail(f"{what}: HTTP {exc.status} {status_message(exc)}") from None
+            refused = fail(f"{what}: HTTP {exc.status} {status_message(exc)}")
+            refused.http_status = exc.status  # type: ignore[attr-defined]
+            raise refused from None
         except Exception as exc:
             lost = unanswered(exc, what, timeout_s, fail=fail, slow=slow)
             if lost is None:

@@ -57,7 +57,9 @@ class PodSpec:
     node_selector: dict[str, str] = field(default_factory=dict)
     working_dir: str = "/work"
 
-    def manifest(self, name: str, run_id: str, substrate: str) -> dict[str, Any]:
+    def manifest(
+        self, name: str, run_id: str, substrate: str, lifetime_s: float | None = None
+    ) -> dict[str, Any]:
         """The Pod for one rollout: sleeping until commands come, deleted with no grace."""
         resources = {
             key: value for key, value in (("cpu", self.cpu), ("memory", self.memory)) if value
@@ -83,7 +85,7 @@ class PodSpec:
             spec["runtimeClassName"] = self.runtime_class_name
         if self.node_selector:
             spec["nodeSelector"] = self.node_selector
-        marks = kit.labels(run_id, substrate)
+        marks = kit.labels(run_id, substrate, lifetime_s)
         return {
             "apiVersion": "v1",
             "kind": "Pod",

@@ -122,9 +122,9 @@ class KubernetesSubstrate:
         return secrets(self._cfg)
 
     @redacting
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         name = pods.pod_name(run_id)
-        body = self.spec.manifest(name, run_id, self.name)
+        body = self.spec.manifest(name, run_id, self.name, lifetime_s)
         waits: list[RateLimitWait] = []
         try:
             pod = self._api.call(
@@ -140,9 +140,14 @@ class KubernetesSubstrate:
                 timeout_s=self.create_timeout_s,
                 on_wait=waits.append,
             )
-        except CreateTimeout:
-            # The API may have made the pod before its answer was lost: delete it by name.
-            watch.delete_quietly(self._api, name)
+        except BaseException as exc:
+            # The API may have made the pod before its answer was lost or turned into an
+            # error (a timeout, a reset connection, a 500 after the write, Ctrl-C): delete it
+            # by name and wait until it is gone; a pod that can't be deleted now keeps its
+            # labels, expiry included, for the reaper. A 4xx refused it (and a 409 names a pod
+            # that is not this request's): nothing to delete.
+            if not 400 <= getattr(exc, "http_status", 500) < 500:
+                watch.delete_quietly(self._api, name, self._api.api_timeout_s)
             raise
         meta = pod["metadata"]
         env = Environment(

@@ -263,9 +263,10 @@ def delete_and_wait(api: Api, name: str, timeout_s: float, on_wait: OnWait = Non
         pod = api.get(name, CleanupFailed, max(deadline - clock(), 0.5), on_wait)
 
 
-def delete_quietly(api: Api, name: str) -> None:
-    """Best effort: a pod whose create answer was lost may exist."""
+def delete_quietly(api: Api, name: str, timeout_s: float) -> None:
+    """Best effort, within `timeout_s`: delete the pod `name`, which a create that failed
+    after its request was sent may have made, and wait until it is gone (`delete_and_wait`:
+    a missing pod answers at once). Any failure is swallowed: the create's own error is what
+    the row reports, and a pod left behind carries its labels for the reaper."""
     with contextlib.suppress(Exception):
-        api.core.delete_namespaced_pod(
-            name, api.namespace, grace_period_seconds=0, _request_timeout=api.api_timeout_s
-        )
+        delete_and_wait(api, name, timeout_s)
