@@ -102,7 +102,7 @@ class Prober:
         self.lock.acquire()
         try:
             with self.compose.store() as store:  # create and migrate once, up front
-                self._spool.drain(store)  # and write what an earlier run had to spool
+                self._spool.replay(store)  # and write what an earlier run had to spool
             self.compose.fixture()  # built once, before any rollout needs it
             self._unusable = self.compose.start_emulations(log.info)
             self._check_substrates()

@@ -15,6 +15,7 @@ window in view, so nothing is pre-aggregated; a single file is what an embedded 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,19 @@ import sqlite_utils
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 
+#: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
+#: timeout). Maintenance (`Store.compact`, `rtax.retention`) holds the lock far less than this.
+BUSY_TIMEOUT_S = 30.0
+
+
+def default_busy_timeout_s() -> float:
+    """`BUSY_TIMEOUT_S`, or `$RTAX_BUSY_TIMEOUT` (seconds) when set."""
+    value = os.environ.get("RTAX_BUSY_TIMEOUT")
+    try:
+        return float(value) if value else BUSY_TIMEOUT_S
+    except ValueError:
+        raise StoreError(f"RTAX_BUSY_TIMEOUT must be a number of seconds, got {value!r}") from None
+
 
 class StoreError(RuntimeError):
     """The database can't be used; the message says which file and why."""
@@ -35,7 +49,9 @@ class StoreError(RuntimeError):
 class Store:
     """One SQLite database of rtax samples. Open one per thread (sqlite's rule)."""
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, create: bool = True, busy_timeout_s: float | None = None
+    ) -> None:
         self.path = Path(path)
         if not create and not self.path.is_file():
             raise StoreError(f"no database at {self.path}")
@@ -48,7 +64,9 @@ class Store:
         if self.path.is_dir():
             raise StoreError(f"cannot open database {self.path}: it is a folder")
         try:
-            conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+            if busy_timeout_s is None:
+                busy_timeout_s = default_busy_timeout_s()
+            conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         try:
