@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,22 @@ def default_busy_timeout_s() -> float:
         return float(value) if value else BUSY_TIMEOUT_S
     except ValueError:
         raise StoreError(f"RTAX_BUSY_TIMEOUT must be a number of seconds, got {value!r}") from None
+
+
+#: Pages freed per incremental-vacuum step (4 MiB at SQLite's default page size): one step
+#: holds the write lock for a few tens of milliseconds (docs/data.md#maintenance).
+VACUUM_STEP_PAGES = 1000
+#: Pause between maintenance steps (freeing pages, deleting folded runs): longer than SQLite's
+#: longest sleep between a busy writer's retries (100 ms), so a waiting writer gets in.
+YIELD_S = 0.15
+#: A file without auto_vacuum is converted by one full VACUUM only up to this size (the rewrite
+#: holds the write lock throughout: about 0.3 s for 64 MiB here).
+FULL_VACUUM_LIMIT_BYTES = 64 * 1024 * 1024
+#: How long truncating the write-ahead log may wait for readers and writers.
+TRUNCATE_WAIT_S = 0.1
+#: The write-ahead log is cut back to this size when it restarts.
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
+_INCREMENTAL = 2
 
 
 class StoreError(RuntimeError):
@@ -67,6 +84,7 @@ class Store:
             if busy_timeout_s is None:
                 busy_timeout_s = default_busy_timeout_s()
             conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
+            self._busy_timeout_s = busy_timeout_s
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         try:
@@ -77,8 +95,11 @@ class Store:
                     f"{self.path} has schema version {self.version}, newer than this rtax "
                     f"understands ({SCHEMA_VERSION}); upgrade rtax"
                 )
+            if self.version == 0:  # a new file: auto_vacuum can only be set before any table
+                self.db.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
             if self.db.journal_mode != "wal":
                 self.db.enable_wal()
+            self.db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self.migrate()
         except sqlite3.DatabaseError as exc:
             conn.close()
@@ -332,11 +353,44 @@ class Store:
                 self.db.conn.execute(f"DELETE FROM actions WHERE run_id IN ({marks})", chunk)
                 self.db.conn.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", chunk)
 
-    def compact(self) -> None:
-        """Give the space of deleted rows back to the file system (VACUUM, then truncate the
-        write-ahead log)."""
-        self.db.conn.execute("VACUUM")
-        self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    def compact(
+        self,
+        *,
+        pause_s: float = YIELD_S,
+        step_pages: int = VACUUM_STEP_PAGES,
+        full_vacuum_up_to: int = FULL_VACUUM_LIMIT_BYTES,
+    ) -> bool:
+        """Give the space of deleted rows back to the file system without ever holding the write
+        lock for long (docs/data.md#maintenance): freed pages go in steps of `step_pages`
+        (incremental vacuum, one short transaction each, `pause_s` apart so that a waiting
+        writer gets in), then the write-ahead log is checkpointed without waiting for readers.
+        A file made without auto_vacuum (by rtax before it set it on new files) is converted by
+        one full VACUUM only while it is small enough to rewrite quickly (`full_vacuum_up_to`
+        bytes); a larger one reuses its freed pages but keeps its size.
+        Returns whether freed pages went back to the file system."""
+        conn = self.db.conn
+
+        def incremental() -> bool:
+            return int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == _INCREMENTAL
+
+        if not incremental() and self.path.stat().st_size <= full_vacuum_up_to:
+            # The setting is the connection's until a VACUUM writes it into the file.
+            conn.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+            conn.execute("VACUUM")
+        returned = incremental()
+        while returned and int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
+            # sqlite3's execute frees one page per step; executescript runs the whole pragma
+            conn.executescript(f"PRAGMA incremental_vacuum({int(step_pages)});")
+            time.sleep(pause_s)
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")  # takes no lock a writer needs
+        # Truncating the log needs the write lock and no reader behind: tried briefly, never
+        # waited for (otherwise the log shrinks to `journal_size_limit` at its next reset).
+        conn.execute(f"PRAGMA busy_timeout = {int(TRUNCATE_WAIT_S * 1000)}")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+        return returned
 
     def size_bytes(self) -> int:
         """The database file plus its write-ahead log."""
