@@ -33,6 +33,8 @@ class Batch:
     #: run_id -> where a rollout went that the database could not take (a spool file, or
     #: `spool.MEMORY`: then it is lost when the process exits); written on the next start
     spooled: dict[str, str] = field(default_factory=dict)
+    #: rollouts an earlier probe or scheduler had spooled, written at this batch's start
+    replayed: int = 0
     #: Ctrl-C or SIGTERM ended the batch early: the rollout in progress was cleaned up and not
     #: recorded (half a rollout is no sample), the ones before it are stored
     interrupted: KeyboardInterrupt | None = None
@@ -105,7 +107,7 @@ def probe(
         batch = Batch(substrate, db if db is not None else paths.default_db())
         spool = Spool(batch.db, composition.store)
         with composition.store() as store:
-            spool.replay(store)  # what an earlier probe or scheduler had to spool
+            batch.replayed = spool.replay(store)  # what an earlier probe or scheduler spooled
             source = None
             if tier == "T2":
                 patch = None

@@ -185,7 +185,12 @@ def _stderr(message: str) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    import logging
+
     from rtax import batch
+
+    # One line at the end says what was spooled (`_report_spooled`), not a log line per try.
+    logging.getLogger("rtax.spool").addHandler(logging.NullHandler())
 
     done = batch.probe(
         args.substrate,
@@ -206,6 +211,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         stop=STOP,
     )
+    if done.replayed:
+        print(f"rtax probe: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
     not_stored = _report_spooled(done)
     if done.interrupted is not None:
         terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
