@@ -80,9 +80,10 @@ class Spool:
                 return None
             except (StoreError, sqlite3.Error, OSError) as exc:
                 where = self._spool(record)
+                why = f"busy after {len(RETRY_PAUSES_S) + 1} attempts" if is_busy(exc) else exc
                 log.error(
                     "database unavailable (%s): run %s spooled to %s",
-                    exc,
+                    why,
                     record.run["run_id"],
                     where,
                 )
@@ -100,7 +101,7 @@ class Spool:
             except (StoreError, sqlite3.Error) as exc:
                 if pause is None or not is_busy(exc):
                     raise
-                log.warning("database busy (%s): retrying in %g s", exc, pause)
+                log.warning("database busy: retrying in %g s", pause)
                 time.sleep(pause)
 
     def _write(self, store: Store, record: RolloutRecord) -> None:
