@@ -20,6 +20,7 @@ from rtax import paths, stats, workloads
 from rtax.compose import ComposeError, Composition, check_database
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.record import RolloutRecord
+from rtax.spool import MEMORY, Spool
 
 
 @dataclass
@@ -29,9 +30,19 @@ class Batch:
     substrate: str
     db: Path
     records: list[RolloutRecord] = field(default_factory=list)
+    #: run_id -> where a rollout went that the database could not take (a spool file, or
+    #: `spool.MEMORY`: then it is lost when the process exits); written on the next start
+    spooled: dict[str, str] = field(default_factory=dict)
+    #: rollouts an earlier probe or scheduler had spooled, written at this batch's start
+    replayed: int = 0
     #: Ctrl-C or SIGTERM ended the batch early: the rollout in progress was cleaned up and not
     #: recorded (half a rollout is no sample), the ones before it are stored
     interrupted: KeyboardInterrupt | None = None
+
+    @property
+    def lost(self) -> list[str]:
+        """Rollouts neither stored nor spooled to a file (held in memory only)."""
+        return [run_id for run_id, where in self.spooled.items() if where == MEMORY]
 
     @property
     def failed(self) -> int:
@@ -94,7 +105,9 @@ def probe(
         composition.fixture()  # built (once) before the substrate prepares
         composition.ready(sub, log or (lambda _: None), t2=tier == "T2")
         batch = Batch(substrate, db if db is not None else paths.default_db())
+        spool = Spool(batch.db, composition.store)
         with composition.store() as store:
+            batch.replayed = spool.replay(store)  # what an earlier probe or scheduler spooled
             source = None
             if tier == "T2":
                 patch = None
@@ -124,14 +137,29 @@ def probe(
                         _stop_if_asked(stop)
                         record = run_rollout(sub, workload, options=options)
                         _stop_if_asked(stop)  # half a rollout is no sample: not stored
-                        store.save_rollout(record)
+                        where = spool.save(record, store)  # retried, else spooled
+                        if where is not None:
+                            batch.spooled[record.run["run_id"]] = where
                         batch.records.append(record)
                         wall = record.run["wall_s"]
                         bar.set_postfix_str(f"last {wall:.3f}s, failed {batch.failed}")
                         bar.update(1)
             except KeyboardInterrupt as exc:
                 batch.interrupted = exc
+            if spool.pending:  # a last chance before the process takes them away
+                _last_try(spool, store, batch)
     return batch
+
+
+def _last_try(spool: Spool, store: Any, batch: Batch) -> None:
+    """Store (or spool to a file) the records only held in memory, as the batch ends."""
+    held, spool.pending = spool.pending, []
+    for record in held:
+        where = spool.save(record, store)
+        if where is None:
+            batch.spooled.pop(record.run["run_id"], None)
+        else:
+            batch.spooled[record.run["run_id"]] = where
 
 
 def _stop_if_asked(stop: threading.Event | None) -> None:

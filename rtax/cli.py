@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rtax import __version__, fixtures, redaction, stopping, toolchain, workloads
 from rtax.compose import ComposeError
@@ -22,6 +22,7 @@ from rtax.config import ConfigError
 from rtax.fixtures import FixtureError
 from rtax.image import ImageError
 from rtax.probe import HarnessError
+from rtax.spool import MEMORY
 from rtax.stopping import STOP, Terminated, signals
 from rtax.store import StoreError
 from rtax.substrates import UnknownSubstrate
@@ -30,6 +31,8 @@ from rtax.toolchain import ToolchainError
 from rtax.workloads import WorkloadError
 
 EXIT_USAGE = 2
+#: Every rollout was measured, but some are not in the database yet (spooled) or were lost.
+EXIT_NOT_STORED = 3
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 MAX_SEED = 2**63 - 1
@@ -189,7 +192,12 @@ def _stderr(message: str) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    import logging
+
     from rtax import batch
+
+    # One line at the end says what was spooled (`_report_spooled`), not a log line per try.
+    logging.getLogger("rtax.spool").addHandler(logging.NullHandler())
 
     done = batch.probe(
         args.substrate,
@@ -210,6 +218,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         stop=STOP,
     )
+    if done.replayed:
+        print(f"rtax probe: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
+    not_stored = _report_spooled(done)
     if done.interrupted is not None:
         terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
         print(
@@ -226,7 +237,31 @@ def cmd_probe(args: argparse.Namespace) -> int:
             f"classified, in {done.db})",
             file=sys.stderr,
         )
+    if not_stored:
+        return EXIT_NOT_STORED
     return 0 if not done.failed else 1
+
+
+def _report_spooled(done: Any) -> bool:
+    """One line for the rollouts the database could not take (spooled, or lost); whether any."""
+    if not done.spooled:
+        return False
+    files = sorted({where for where in done.spooled.values() if where != MEMORY})
+    kept = len(done.spooled) - len(done.lost)
+    if kept:
+        print(
+            f"rtax probe: database busy or unavailable: {kept} rollouts spooled to "
+            f"{', '.join(files)}, not yet in {done.db}; the next rtax probe or rtax schedule "
+            "on it writes them",
+            file=sys.stderr,
+        )
+    if done.lost:
+        print(
+            f"rtax probe: {len(done.lost)} rollouts could be neither stored nor spooled "
+            f"(no writable spool): lost: {', '.join(done.lost)}",
+            file=sys.stderr,
+        )
+    return True
 
 
 def cmd_export(args: argparse.Namespace) -> int:

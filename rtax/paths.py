@@ -50,6 +50,14 @@ def local_envs_dir() -> Path:
     return Path(env) if env else Path(tempfile.gettempdir()) / "rtax-local"
 
 
+def spool_dir() -> Path:
+    """Where a database's second spool file goes when the one beside it can't be written (a full
+    disk under the database): `$RTAX_SPOOL_DIR`, else ``<temp dir>/rtax-spool``, as a rule on
+    another file system (docs/measurement.md#failures)."""
+    env = os.environ.get("RTAX_SPOOL_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "rtax-spool"
+
+
 def checkout_root() -> Path:
     """The top of the checkout (where the shipped rtax.toml and app.py live)."""
     return _CHECKOUT_DATA.parent

@@ -18,6 +18,7 @@ count in a window when their start is inside it, so old windows are aligned to h
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import pandas as pd
 from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
 from rtax.sketch import Sketch
 from rtax.stats import HARNESS_ERROR, attempts
-from rtax.store import Store
+from rtax.store import YIELD_S, Store
 
 GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
 RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
@@ -60,10 +61,13 @@ def fold(
     older_than_days: float,
     bucket: str = "hour",
     now: datetime | None = None,
-    batch: int = 2000,
+    batch: int = 500,
     compact: bool = True,
+    pause_s: float = YIELD_S,
 ) -> FoldReport:
-    """Fold every run that started before now - `older_than_days` into rollups."""
+    """Fold every run that started before now - `older_than_days` into rollups, `batch` runs per
+    transaction (a few tenths of a second of write lock at most), `pause_s` apart so that a
+    waiting writer gets in; then compact (`Store.compact`, in bounded steps too)."""
     cutoff = ((now or datetime.now(UTC)) - timedelta(days=older_than_days)).isoformat(
         timespec="microseconds"
     )
@@ -77,8 +81,9 @@ def fold(
         store.fold_runs(merged, list(runs["run_id"]))
         folded += len(runs)
         rows += len(merged)
+        time.sleep(pause_s)
     if compact and folded:
-        store.compact()
+        store.compact(pause_s=pause_s)
     return FoldReport(folded, rows, before, store.size_bytes())
 
 

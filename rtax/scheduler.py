@@ -109,7 +109,7 @@ class Prober:
         try:
             with self.compose.store() as store:  # create and migrate once, up front
                 self.metrics.seed(store)  # the last probes before this start
-                self._spool.drain(store)  # and write what an earlier run had to spool
+                self._spool.replay(store)  # and write what an earlier run had to spool
             self._endpoint = metrics.serve(self.metrics, self.config.metrics, log)
             self.compose.fixture()  # built once, before any rollout needs it
             self._unusable = self.compose.start_emulations(log.info)

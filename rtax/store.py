@@ -15,7 +15,9 @@ window in view, so nothing is pre-aggregated; a single file is what an embedded 
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,35 @@ from rtax import redaction
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 
+#: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
+#: timeout). Maintenance (`Store.compact`, `rtax.retention`) holds the lock far less than this.
+BUSY_TIMEOUT_S = 30.0
+
+
+def default_busy_timeout_s() -> float:
+    """`BUSY_TIMEOUT_S`, or `$RTAX_BUSY_TIMEOUT` (seconds) when set."""
+    value = os.environ.get("RTAX_BUSY_TIMEOUT")
+    try:
+        return float(value) if value else BUSY_TIMEOUT_S
+    except ValueError:
+        raise StoreError(f"RTAX_BUSY_TIMEOUT must be a number of seconds, got {value!r}") from None
+
+
+#: Pages freed per incremental-vacuum step (4 MiB at SQLite's default page size): one step
+#: holds the write lock for a few tens of milliseconds (docs/data.md#maintenance).
+VACUUM_STEP_PAGES = 1000
+#: Pause between maintenance steps (freeing pages, deleting folded runs): longer than SQLite's
+#: longest sleep between a busy writer's retries (100 ms), so a waiting writer gets in.
+YIELD_S = 0.15
+#: A file without auto_vacuum is converted by one full VACUUM only up to this size (the rewrite
+#: holds the write lock throughout: about 0.3 s for 64 MiB here).
+FULL_VACUUM_LIMIT_BYTES = 64 * 1024 * 1024
+#: How long truncating the write-ahead log may wait for readers and writers.
+TRUNCATE_WAIT_S = 0.1
+#: The write-ahead log is cut back to this size when it restarts.
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
+_INCREMENTAL = 2
+
 
 class StoreError(RuntimeError):
     """The database can't be used; the message says which file and why."""
@@ -36,10 +67,18 @@ class StoreError(RuntimeError):
 class Store:
     """One SQLite database of rtax samples. Open one per thread (sqlite's rule)."""
 
-    def __init__(self, path: str | Path, *, create: bool = True, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        busy_timeout_s: float | None = None,
+    ) -> None:
         """Open (by default create) the database and upgrade it. `read_only` (the dashboard)
         never writes: no WAL switch, no migration, SQLite's ``mode=ro``; a file of an older
-        schema is refused with a message instead of being upgraded."""
+        schema is refused with a message instead of being upgraded. `busy_timeout_s`: SQLite's
+        busy wait (`default_busy_timeout_s`)."""
         self.path = Path(path)
         if (read_only or not create) and not self.path.is_file():
             raise StoreError(f"no database at {self.path}")
@@ -53,7 +92,12 @@ class Store:
             raise StoreError(f"cannot open database {self.path}: it is a folder")
         target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
         try:
-            conn = sqlite3.connect(target, timeout=30, isolation_level=None, uri=read_only)
+            if busy_timeout_s is None:
+                busy_timeout_s = default_busy_timeout_s()
+            conn = sqlite3.connect(
+                target, timeout=busy_timeout_s, isolation_level=None, uri=read_only
+            )
+            self._busy_timeout_s = busy_timeout_s
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         try:
@@ -70,9 +114,12 @@ class Store:
                     f"({SCHEMA_VERSION}); it is read as it is, never upgraded here: run the "
                     "scheduler (or `rtax probe --db` on it) once to upgrade it"
                 )
-            if not read_only and self.db.journal_mode != "wal":
-                self.db.enable_wal()
             if not read_only:
+                if self.version == 0:  # a new file: auto_vacuum can only be set before a table
+                    self.db.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+                if self.db.journal_mode != "wal":
+                    self.db.enable_wal()
+                self.db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
                 self.migrate()
         except sqlite3.DatabaseError as exc:
             conn.close()
@@ -326,11 +373,44 @@ class Store:
                 self.db.conn.execute(f"DELETE FROM actions WHERE run_id IN ({marks})", chunk)
                 self.db.conn.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", chunk)
 
-    def compact(self) -> None:
-        """Give the space of deleted rows back to the file system (VACUUM, then truncate the
-        write-ahead log)."""
-        self.db.conn.execute("VACUUM")
-        self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    def compact(
+        self,
+        *,
+        pause_s: float = YIELD_S,
+        step_pages: int = VACUUM_STEP_PAGES,
+        full_vacuum_up_to: int = FULL_VACUUM_LIMIT_BYTES,
+    ) -> bool:
+        """Give the space of deleted rows back to the file system without ever holding the write
+        lock for long (docs/data.md#maintenance): freed pages go in steps of `step_pages`
+        (incremental vacuum, one short transaction each, `pause_s` apart so that a waiting
+        writer gets in), then the write-ahead log is checkpointed without waiting for readers.
+        A file made without auto_vacuum (by rtax before it set it on new files) is converted by
+        one full VACUUM only while it is small enough to rewrite quickly (`full_vacuum_up_to`
+        bytes); a larger one reuses its freed pages but keeps its size.
+        Returns whether freed pages went back to the file system."""
+        conn = self.db.conn
+
+        def incremental() -> bool:
+            return int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == _INCREMENTAL
+
+        if not incremental() and self.path.stat().st_size <= full_vacuum_up_to:
+            # The setting is the connection's until a VACUUM writes it into the file.
+            conn.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+            conn.execute("VACUUM")
+        returned = incremental()
+        while returned and int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
+            # sqlite3's execute frees one page per step; executescript runs the whole pragma
+            conn.executescript(f"PRAGMA incremental_vacuum({int(step_pages)});")
+            time.sleep(pause_s)
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")  # takes no lock a writer needs
+        # Truncating the log needs the write lock and no reader behind: tried briefly, never
+        # waited for (otherwise the log shrinks to `journal_size_limit` at its next reset).
+        conn.execute(f"PRAGMA busy_timeout = {int(TRUNCATE_WAIT_S * 1000)}")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+        return returned
 
     def size_bytes(self) -> int:
         """The database file plus its write-ahead log."""

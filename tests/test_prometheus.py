@@ -70,7 +70,7 @@ def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
 class _Broken(LocalSubstrate):
     """A control plane that refuses every create: a classified substrate failure."""
 
-    def create(self, run_id: str) -> Environment:
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         raise CreateFailed("the API refused the create (test)")
 
 

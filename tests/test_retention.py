@@ -4,6 +4,8 @@ ones; the sketch itself is tested in test_sketch.py)."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from factories import make_action, make_run
 from rtax import retention
 from rtax.record import RolloutRecord
 from rtax.sketch import EXACT_LIMIT
-from rtax.store import Store
+from rtax.store import Store, StoreError
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -140,3 +142,47 @@ def test_bucket_start() -> None:
         retention.bucket_start("2026-01-02T13:45:10+00:00", "day")
         == "2026-01-02T00:00:00.000000+00:00"
     )
+
+
+def test_a_writer_with_a_short_busy_timeout_never_fails_during_retention(tmp_path: Path) -> None:
+    """Issue 12: folding, freeing pages and checkpointing never hold the write lock past a
+    writer's busy timeout, even while a dashboard reader holds a snapshot (which made the old
+    ``wal_checkpoint(TRUNCATE)`` hold the lock for its whole 30 s wait)."""
+    db = tmp_path / "r.db"
+    _seed(db)
+    reader = sqlite3.connect(db, isolation_level=None)  # a dashboard page mid-read
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM actions").fetchone()
+    stop = threading.Event()
+    written: list[str] = []
+    failures: list[Exception] = []
+
+    def write() -> None:
+        with Store(db, busy_timeout_s=2.0) as store:
+            while not stop.is_set():
+                run_id = f"w{len(written) + len(failures):06d}"
+                try:
+                    run = make_run(run_id, started_at=NOW.isoformat())
+                    store.save_rollout(RolloutRecord(run=run, actions=[]))
+                    written.append(run_id)
+                except StoreError as exc:
+                    failures.append(exc)
+                stop.wait(0.02)  # a writer's pace (a rollout finishing every few ms at most)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        with Store(db) as store:
+            before = len(written)
+            report = retention.fold(store, older_than_days=30, bucket="day", now=NOW)
+            during = len(written) - before
+    finally:
+        stop.set()
+        writer.join(60)
+        reader.execute("ROLLBACK")
+        reader.close()
+    assert report.runs > 1000
+    assert failures == []
+    assert during > 10  # the writer really wrote while maintenance ran
+    with Store(db) as store:
+        assert set(written) <= set(store.runs(columns=["run_id"])["run_id"])

@@ -4,6 +4,7 @@ scheduler leaves no partial rows and its orphan is reaped at the next start."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -428,3 +429,22 @@ def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None
     assert configured_fidelity(entry("ec2")) == "unknown"  # nobody saw its endpoint answer
     assert configured_fidelity(entry("ec2", emulate=True)) == "emulated"
     assert configured_fidelity(entry("daytona", params={"fidelity": "modelled"})) == "modelled"
+
+
+def test_start_replays_what_a_probe_spooled_in_either_place(
+    tmp_path: Path, prober_of, monkeypatch
+) -> None:
+    from factories import make_record
+    from rtax.spool import Spool
+
+    monkeypatch.setenv("RTAX_SPOOL_DIR", str(tmp_path / "state"))
+    conf = _config(tmp_path, "")
+    Store(conf.database).close()
+    spool = Spool(conf.database, lambda: Store(conf.database))
+    for run_id, path in (("beside", spool.path), ("away", spool.fallback)):
+        record = make_record(run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"run": record.run, "actions": record.actions}) + "\n")
+    prober_of(conf)
+    assert sorted(_runs(conf.database)["run_id"]) == ["away", "beside"]
+    assert not spool.path.exists() and not spool.fallback.exists()

@@ -526,3 +526,53 @@ def test_a_read_only_store_reads_and_can_not_write(db_path: Path) -> None:
                 reader.save_rollout(make_record("r2"))
     with raw(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+
+
+def _old_file(path: Path, runs: int) -> None:
+    """A file as rtax made it before auto_vacuum: `runs` runs of 20 actions each."""
+    db = sqlite_utils.Database(path)
+    for version, migration in migrations.MIGRATIONS:
+        if version <= 6:
+            migration(db)
+    db.execute("PRAGMA user_version = 6")
+    db.conn.commit()
+    db.conn.close()
+    with Store(path) as s:  # the file keeps auto_vacuum off
+        for i in range(runs):
+            s.save_rollout(make_record(f"r{i:04d}", phases=("action",) * 20))
+
+
+def _auto_vacuum(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("PRAGMA auto_vacuum").fetchone()[0]
+
+
+def test_old_file_gets_incremental_vacuum_at_its_first_compaction(tmp_path: Path) -> None:
+    """A small file made without auto_vacuum is converted by one VACUUM, then gives pages back
+    in bounded steps; new files have incremental auto_vacuum from the start."""
+    path = tmp_path / "old.db"
+    _old_file(path, 300)
+    assert _auto_vacuum(path) == 0
+    with Store(path) as s:
+        s.fold_runs([], [f"r{i:04d}" for i in range(150)])
+        assert s.compact(pause_s=0) is True
+    assert _auto_vacuum(path) == 2
+    with Store(path) as s:
+        size = path.stat().st_size
+        s.fold_runs([], [f"r{i:04d}" for i in range(150, 300)])
+        assert s.db.execute("PRAGMA freelist_count").fetchone()[0] > 30
+        assert s.compact(pause_s=0, step_pages=10) is True  # in several incremental steps
+        assert s.db.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert path.stat().st_size < size
+    Store(tmp_path / "new.db").close()
+    assert _auto_vacuum(tmp_path / "new.db") == 2
+
+
+def test_a_large_old_file_is_never_rewritten_whole_under_writers(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _old_file(path, 50)
+    with Store(path) as s:
+        s.fold_runs([], [f"r{i:04d}" for i in range(25)])
+        assert s.compact(pause_s=0, full_vacuum_up_to=1024) is False  # freed pages reused
+        assert s.count("runs") == 25
+    assert _auto_vacuum(path) == 0

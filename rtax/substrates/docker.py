@@ -16,7 +16,7 @@ Why these choices (docs/substrates/docker.md):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cached_property
 from importlib import metadata
 from typing import Any
@@ -86,13 +86,7 @@ class DockerSubstrate:
         self.base_url = base_url
         if host_address is not None:
             self.host_address = host_address  # configured: the gateway is not asked
-        docker = _docker()
-        kwargs: dict[str, Any] = {"timeout": api_timeout_s, "version": "auto"}
-        if base_url:
-            kwargs["base_url"] = base_url
-            self.api = docker.APIClient(**kwargs)
-        else:
-            self.api = docker.from_env(timeout=api_timeout_s).api
+        self.api = docker_engine.engine_client(base_url, api_timeout_s)
         self.create_timeout_s = create_timeout_s
         self._engine_info: dict[str, Any] | None = None
         self._runtime_provenance: dict[str, Any] | None = None
@@ -275,15 +269,10 @@ class DockerSubstrate:
         with contextlib.suppress(Exception), self._call_timeout(60):
             self.api.remove_container(ref, force=True)
 
-    @contextlib.contextmanager
-    def _call_timeout(self, seconds: float) -> Iterator[None]:
-        """Bound the engine calls inside to `seconds` (the SDK's client-wide timeout)."""
-        previous = self.api.timeout
-        self.api.timeout = max(seconds, 1.0)
-        try:
-            yield
-        finally:
-            self.api.timeout = previous
+    def _call_timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Bound this thread's engine calls inside to `seconds` (`docker_engine.call_timeout`:
+        the client is shared by threads, so nothing is set on it)."""
+        return docker_engine.call_timeout(seconds)
 
     # -- around rollouts ----------------------------------------------------------------------
 

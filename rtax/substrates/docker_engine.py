@@ -1,6 +1,14 @@
-"""What the docker substrate asks the engine and its host outside any timed phase.
+"""The docker substrate's engine client, and what it asks the engine and its host outside any
+timed phase.
 
-Why apart from `rtax.substrates.docker`: none of this is a rollout's work. A Docker figure
+Why a client of our own (`engine_client`): the SDK bounds a call by its client-wide ``timeout``
+attribute, and one substrate's client is shared by every thread that probes through it (the
+emulations run up to 32 environments through one). Setting that attribute per call lets one
+thread's short bound cut another's long call, or the reverse. Here a call's bound is a
+`contextvars.ContextVar` read when the request is sent (`call_timeout`), so it belongs to the
+thread that set it and no client state changes per call.
+
+Why the rest is apart from `rtax.substrates.docker`: none of it is a rollout's work. A Docker figure
 depends on the runtime as the engine really runs it (runc, or runsc with a platform and a
 network mode) and on the image's workload toolchain, so both go into provenance
 (docs/substrates/docker.md); and T2 needs the address at which a container reaches this host.
@@ -10,17 +18,68 @@ Each is asked once and cached, never inside a phase.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import os
 import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from rtax import toolchain
 from rtax.substrates.base import SubstrateError
+
+#: The bound of the engine calls made in this context (None: the client's own default).
+_CALL_TIMEOUT: ContextVar[float | None] = ContextVar("rtax_docker_call_timeout", default=None)
+
+
+@contextlib.contextmanager
+def call_timeout(seconds: float) -> Iterator[None]:
+    """Bound the engine calls this thread makes inside to `seconds` (at least 1 s); other
+    threads sharing the client keep their own bounds."""
+    token = _CALL_TIMEOUT.set(max(seconds, 1.0))
+    try:
+        yield
+    finally:
+        _CALL_TIMEOUT.reset(token)
+
+
+@functools.cache
+def _client_class() -> type:
+    import docker  # imported on first use, like the substrate's own
+
+    class EngineClient(docker.APIClient):  # type: ignore[misc]
+        """`docker.APIClient` whose ``timeout`` is the calling context's `call_timeout` (else
+        the one it was made with): every SDK path reads it at send time (`_set_request_timeout`,
+        and stop/restart's connection bound), so nothing is set on the shared client per call."""
+
+        @property
+        def timeout(self) -> float | None:
+            bound = _CALL_TIMEOUT.get()
+            return self._default_timeout if bound is None else bound
+
+        @timeout.setter
+        def timeout(self, value: float | None) -> None:
+            self._default_timeout = value
+
+    return EngineClient
+
+
+def engine_client(base_url: str | None, timeout_s: float) -> Any:
+    """A client of the engine at `base_url` (None: Docker's environment, as ``docker.from_env``),
+    its calls bounded by `timeout_s` unless a `call_timeout` says otherwise."""
+    import docker
+
+    kwargs: dict[str, Any] = {"timeout": timeout_s, "version": "auto"}
+    if base_url:
+        kwargs["base_url"] = base_url
+    else:
+        kwargs.update(docker.utils.kwargs_from_env())
+    return _client_class()(**kwargs)
+
 
 #: (engine, image id) -> toolchain fingerprint; an image's contents never change under its id.
 _TOOLCHAINS: dict[tuple[str, str], dict[str, Any] | None] = {}
