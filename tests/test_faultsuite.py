@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from factories import make_record
 from rtax import config
 from rtax.emulation.faults import Fault
 from rtax.faultsuite import scenario, tally
@@ -199,3 +200,23 @@ def test_the_planted_secrets_are_fresh_and_cover_every_credential() -> None:
     one, two = scenario.canaries(), scenario.canaries()
     assert set(scenario.SECRET_VARS) <= set(one)
     assert all(one[k] != two[k] for k in scenario.SECRET_VARS)
+
+
+def test_rows_are_read_from_a_real_database_with_never_started_runs(tmp_path: Path) -> None:
+    """A run that never started stores no count of actions done (NULL): it is 0 done, not a
+    crash of the suite's last step; fewer stored actions than done is partial."""
+    from rtax.faultsuite.suite import rows_of
+    from rtax.store import Store
+
+    database = tmp_path / "rtax.db"
+    with Store(database) as store:
+        store.save_rollout(make_record("full", ("ready", "action", "action"), n_actions_done=2))
+        store.save_rollout(make_record("short", ("ready", "action"), n_actions_done=3))
+        store.save_rollout(make_record("never", ("ready",), n_actions_done=None, status="failed"))
+    Path(f"{database}.spool.jsonl").write_text('{"run": 1}\n{"run": 2}\n')
+    outcome = tally.Outcome(finished={"full": "local", "short": "local", "gone": "docker"})
+    rows_of(database, outcome)
+    assert outcome.rows == {"full": (2, 2), "short": (3, 1), "never": (0, 0)}
+    assert tally.partial(outcome) == ["short"]
+    assert tally.lost(outcome) == ["gone"]
+    assert outcome.spooled == 2

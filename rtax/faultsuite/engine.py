@@ -51,6 +51,7 @@ class PrivateEngine:
         self._proc: subprocess.Popen | None = None
         self._log_file: object = None
         self.restarts = 0
+        self._bridge = False  # made by this run (and so removed by it)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -59,15 +60,21 @@ class PrivateEngine:
         self.root.mkdir(parents=True, exist_ok=True)
         if not shutil.which("dockerd"):
             raise EngineError("no dockerd on this machine (run: make docker)")
-        if _run(["ip", "link", "show", BRIDGE]).returncode != 0:
-            for argv in (
-                ["ip", "link", "add", BRIDGE, "type", "bridge"],
-                ["ip", "addr", "add", BRIDGE_CIDR, "dev", BRIDGE],
-                ["ip", "link", "set", BRIDGE, "up"],
-            ):
-                done = _run(argv)
-                if done.returncode != 0:
-                    raise EngineError(f"{' '.join(argv)}: {done.stderr.strip()}")
+        if _run(["ip", "link", "show", BRIDGE]).returncode == 0:
+            # never share (or, at the end, remove) another run's bridge
+            raise EngineError(
+                f"the bridge {BRIDGE} exists: another fault suite runs, or a killed one left it "
+                f"(then: ip link del {BRIDGE})"
+            )
+        self._bridge = True
+        for argv in (
+            ["ip", "link", "add", BRIDGE, "type", "bridge"],
+            ["ip", "addr", "add", BRIDGE_CIDR, "dev", BRIDGE],
+            ["ip", "link", "set", BRIDGE, "up"],
+        ):
+            done = _run(argv)
+            if done.returncode != 0:
+                raise EngineError(f"{' '.join(argv)}: {done.stderr.strip()}")
         config = {"runtimes": {"runsc": RUNSC}} if Path(RUNSC["path"]).exists() else {}
         (self.root / "daemon.json").write_text(json.dumps(config))
         self._spawn()
@@ -157,7 +164,9 @@ class PrivateEngine:
         for point in sorted(points, key=len, reverse=True):
             if point.startswith(str(self.root)):
                 _run(["umount", "-l", point])
-        _run(["ip", "link", "del", BRIDGE])
+        if self._bridge:
+            _run(["ip", "link", "del", BRIDGE])
+            self._bridge = False
         shutil.rmtree(self.root, ignore_errors=True)
 
     def containers(self, *filters: str) -> list[str]:

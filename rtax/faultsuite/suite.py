@@ -246,7 +246,7 @@ def _measure(
     outcome.notes += [f"scheduler: {d}" for d in scheduler.deaths]
     outcome.notes += [f"dashboard reader: {n}x {e}" for e, n in readers.errors.items()]
     _final_pass(root, engine, config, env, logs, outcome)
-    _rows(database, outcome)
+    rows_of(database, outcome)
     exports = root / "exports"
     exports.mkdir()
     for table in ("runs", "actions"):
@@ -340,7 +340,7 @@ def _final_pass(
     outcome.leaked = leaked
 
 
-def _rows(database: Path, outcome: tally.Outcome) -> None:
+def rows_of(database: Path, outcome: tally.Outcome) -> None:
     """Each stored run's completed actions and its stored action rows; the spool's leftovers."""
     from rtax.store import Store
 
@@ -348,9 +348,10 @@ def _rows(database: Path, outcome: tally.Outcome) -> None:
         runs = store.runs(columns=["run_id", "n_actions_done"])
         actions = store.actions(phase="action")
     stored = actions.groupby("run_id").size().to_dict() if not actions.empty else {}
+    done = runs["n_actions_done"].fillna(0).astype(int)  # None: a rollout that never started
     outcome.rows = {
-        r.run_id: (int(r.n_actions_done or 0), int(stored.get(r.run_id, 0)))
-        for r in runs.itertuples()
+        run_id: (int(n), int(stored.get(run_id, 0)))
+        for run_id, n in zip(runs["run_id"], done, strict=True)
     }
     spool = Path(f"{database}.spool.jsonl")
     if spool.exists():
