@@ -37,6 +37,10 @@ log = logging.getLogger("rtax.faultsuite")
 RECOVERY_S = 180.0
 STOP_S = 60.0
 SETTLE_S = 60.0
+#: A scheduler that died on its own is restarted (as a service manager would) at most this often,
+#: and given up on after this many deaths in a row within their first minute.
+RESTART_S = 5.0
+GIVE_UP_AFTER = 5
 
 
 @contextlib.contextmanager
@@ -64,9 +68,13 @@ class Scheduler:
         self.starts = 0
         self.deaths: list[str] = []  # exits nobody asked for
         self.lock = threading.Lock()
+        self.given_up = False
+        self._started_at = 0.0
+        self._early_deaths = 0  # in a row, each within a minute of its start
 
     def start(self) -> None:
         self.starts += 1
+        self._started_at = time.monotonic()
         path = self.logs / f"scheduler-{self.starts}.log"
         self.follower.add(path)
         with path.open("w") as out:
@@ -80,19 +88,31 @@ class Scheduler:
             )
 
     def check(self) -> None:
-        """Restart a scheduler that died on its own (the death is counted against it)."""
+        """Restart a scheduler that died on its own (each death is counted against it), at
+        most every `RESTART_S`; give up after `GIVE_UP_AFTER` early deaths in a row."""
         with self.lock:
-            if self.proc is not None and self.proc.poll() is not None:
-                self.deaths.append(f"scheduler start {self.starts} exited {self.proc.returncode}")
-                self.start()
+            if self.given_up or self.proc is None or self.proc.poll() is None:
+                return
+            lived = time.monotonic() - self._started_at
+            if lived < RESTART_S:
+                return  # restarted once its back-off is over
+            # counted once: the next call sees the new process, or has given up
+            self.deaths.append(f"scheduler start {self.starts} exited {self.proc.returncode}")
+            self._early_deaths = self._early_deaths + 1 if lived < 60 else 1
+            if self._early_deaths >= GIVE_UP_AFTER:
+                self.given_up = True
+                self.deaths.append(f"given up after {GIVE_UP_AFTER} failed starts in a row")
+                return
+            self.start()
 
     def sigkill(self) -> bool:
         """SIGKILL, then start the next one (which must reap and write the spool)."""
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
+            if self.given_up or self.proc is None or self.proc.poll() is not None:
                 return False
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=STOP_S)
+            self._early_deaths = 0
             self.start()
             return True
 
@@ -226,7 +246,12 @@ def _measure(
         # Recovery: the faults are over; the scheduler must still be running and recording.
         injector.clear()
         mark, deadline = len(follower.finished), time.monotonic() + RECOVERY_S
-        while len(follower.finished) <= mark and time.monotonic() < deadline:
+        while (
+            len(follower.finished) <= mark
+            and time.monotonic() < deadline
+            and not scheduler.given_up
+        ):
+            scheduler.check()
             follower.poll()
             time.sleep(0.5)  # polling the logs, with a deadline
         outcome.scheduler_alive = (
@@ -290,6 +315,9 @@ def _fault_phase(
             worker = threading.Thread(target=injector.inject, args=(kind,), daemon=True)
             worker.start()
         elif idle and not pending and done >= size.target:
+            return
+        if scheduler.given_up:
+            log.warning("the scheduler can't be started any more: the fault phase ends here")
             return
         time.sleep(0.5)  # the monitor's pace: logs are polled, faults fire at thresholds
     log.warning("the fault phase reached its deadline (%.0f s)", size.deadline_s)
