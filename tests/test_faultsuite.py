@@ -220,3 +220,26 @@ def test_rows_are_read_from_a_real_database_with_never_started_runs(tmp_path: Pa
     assert tally.partial(outcome) == ["short"]
     assert tally.lost(outcome) == ["gone"]
     assert outcome.spooled == 2
+
+
+def test_the_environment_search_finds_a_secret_in_a_running_local_command(tmp_path: Path) -> None:
+    """A command under the local root whose environment holds a planted secret is found; one
+    with a clean environment is not (real processes, read through /proc)."""
+    import subprocess
+    import threading
+
+    from rtax.faultsuite.watch import EnvironmentSearch
+
+    root = tmp_path / "local"
+    (root / "env-a").mkdir(parents=True)
+    (root / "env-b").mkdir()
+    leaky = subprocess.Popen(["sleep", "30"], cwd=root / "env-a", env={"TOKEN": "s3cret-x"})
+    clean = subprocess.Popen(["sleep", "30"], cwd=root / "env-b", env={"PATH": "/usr/bin"})
+    try:
+        search = EnvironmentSearch(root, None, ["s3cret-x"], threading.Event())  # type: ignore[arg-type]
+        search._local()
+        assert search.local_hits == {leaky.pid}
+    finally:
+        for proc in (leaky, clean):
+            proc.kill()
+            proc.wait()

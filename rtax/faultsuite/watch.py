@@ -136,10 +136,18 @@ class EnvironmentSearch:
                 if not os.readlink(f"/proc/{pid}/cwd").startswith(self.local_root):
                     continue
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
-            except OSError:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                ppid = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1]
+                parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
+            except (OSError, IndexError):
                 continue
-            if any(s in environ for s in self.secrets):
+            # A child between fork and exec still shows its parent's memory (the scheduler's
+            # environment); only a command that has been exec'd is what a command sees.
+            if cmdline == parent:
+                continue
+            if any(s in environ for s in self.secrets) and int(pid) not in self.local_hits:
                 self.local_hits.add(int(pid))
+                log.warning("a planted secret in the environment of local command %r", cmdline)
 
     def _containers(self) -> None:
         ids = self.engine.containers("label=rtax", "status=running")
@@ -148,8 +156,9 @@ class EnvironmentSearch:
         done = self.engine.docker("inspect", "--format", "{{.Id}} {{json .Config.Env}}", *ids)
         for line in done.stdout.splitlines():
             cid, _, env = line.partition(" ")
-            if any(s.decode() in env for s in self.secrets):
+            if any(s.decode() in env for s in self.secrets) and cid not in self.container_hits:
                 self.container_hits.add(cid)
+                log.warning("a planted secret in the environment of container %s", cid[:12])
 
 
 def search_files(paths: list[Path], secrets: list[str]) -> dict[str, int]:
