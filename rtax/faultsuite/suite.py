@@ -38,9 +38,11 @@ RECOVERY_S = 180.0
 STOP_S = 60.0
 SETTLE_S = 60.0
 #: A scheduler that died on its own is restarted (as a service manager would) at most this often,
-#: and given up on after this many deaths in a row within their first minute.
+#: and given up on after this many deaths in a row within their first minute, spanning at least
+#: `GIVE_UP_S` (a disk full for a while must not end the run).
 RESTART_S = 5.0
 GIVE_UP_AFTER = 5
+GIVE_UP_S = 120.0
 
 
 @contextlib.contextmanager
@@ -71,6 +73,7 @@ class Scheduler:
         self.given_up = False
         self._started_at = 0.0
         self._early_deaths = 0  # in a row, each within a minute of its start
+        self._first_early = 0.0  # when the first of them was seen
 
     def start(self) -> None:
         self.starts += 1
@@ -99,7 +102,10 @@ class Scheduler:
             # counted once: the next call sees the new process, or has given up
             self.deaths.append(f"scheduler start {self.starts} exited {self.proc.returncode}")
             self._early_deaths = self._early_deaths + 1 if lived < 60 else 1
-            if self._early_deaths >= GIVE_UP_AFTER:
+            if self._early_deaths == 1:
+                self._first_early = time.monotonic()
+            span = time.monotonic() - self._first_early
+            if self._early_deaths >= GIVE_UP_AFTER and span >= GIVE_UP_S:
                 self.given_up = True
                 self.deaths.append(f"given up after {GIVE_UP_AFTER} failed starts in a row")
                 return
