@@ -353,17 +353,27 @@ def _final_pass(
         time.sleep(0.5)  # the emulations remove backing containers in the background
     containers: dict[str, int] = {}
     for cid in engine.containers():
-        label = engine.docker(
-            "inspect", "--format", '{{index .Config.Labels "rtax.substrate"}}', cid
+        shown = engine.docker(
+            "inspect",
+            "--format",
+            '{{index .Config.Labels "rtax.substrate"}} {{index .Config.Labels "rtax.run_id"}} '
+            "{{.State.Status}} {{.Name}}",
+            cid,
         ).stdout.strip()
+        label = shown.split(" ", 1)[0]
         name = label.removesuffix("-emulation") if label else "unlabelled containers"
         containers[name] = containers.get(name, 0) + 1
+        outcome.notes.append(f"left on the engine: {cid[:12]} {shown}")
     api: dict[str, int] = {}
     conf = rtax_config.load(config)
     for name, entry in conf.substrates.items():
         try:
             substrate = rtax_config.build_substrate(entry)
-            api[name] = len(substrate.leftovers())
+            left = substrate.leftovers()
+            api[name] = len(left)
+            outcome.notes += [
+                f"{name} lists: {lo.env_id} (run {lo.run_id}, owner {lo.owner})" for lo in left
+            ]
             with contextlib.suppress(Exception):
                 substrate.close()
         except Exception as exc:
