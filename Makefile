@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock fixtures docker browser prometheus run demo test lint bench clean
+.PHONY: venv lock fixtures docker browser prometheus run demo test lint bench faults clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,13 @@ bench: fixtures docker
 	$(PY) benchmarks/bench_docker.py
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_dashboard.py
+
+# The fault suite (docs/faults.md): rollouts on every substrate under injected faults, on a
+# private dockerd of its own (the system's engine is never restarted); one table, exit 1 on any
+# non-zero that must be zero. CI runs FAULTS_SIZE=ci.
+FAULTS_SIZE ?= full
+faults: fixtures docker
+	$(PY) -m rtax.faultsuite --size $(FAULTS_SIZE)
 
 clean:
 	rm -rf $(VENV) data/fixtures data/cache .pytest_cache .ruff_cache test-artifacts

@@ -376,6 +376,7 @@ class Prober:
         record = run_with_deadline(substrate, workload, self.config.deadline_s, self.cancel)
         if record is None or record.run["error_class"] == "cancelled":
             return None  # stopping: half a rollout is no sample, and no failure either
+        _announce(record)
         self.save(_planned(record, plan, scheduled))
         return record
 
@@ -416,8 +417,22 @@ class Prober:
             wall_s=None,
             fidelity=fidelity or configured_fidelity(conf),
         )
+        _announce(record)
         self.save(_planned(record, plan, scheduled))
         return record
+
+
+def _announce(record: RolloutRecord) -> None:
+    """Log a measured rollout *before* it is stored, with its run id: a record that is then
+    lost (neither in the database nor in the spool) is visible in the log, and the fault suite
+    counts it (docs/faults.md)."""
+    run = record.run
+    log.info(
+        "rollout finished: %s %s [run %s]",
+        run["substrate"],
+        run["status"] if not run["error_class"] else f"{run['status']} ({run['error_class']})",
+        run["run_id"],
+    )
 
 
 def _planned(record: RolloutRecord, plan: Plan, scheduled: datetime | None) -> RolloutRecord:
