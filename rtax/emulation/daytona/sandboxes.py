@@ -9,7 +9,6 @@ removal run on a worker pool, apart from the server's loop.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import uuid
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.daytona.api import ORGANIZATION_ID, HttpError
 from rtax.emulation.faults import Fault, Faults
 from rtax.substrates.base import Environment, SubstrateError, clock
@@ -205,8 +205,7 @@ class Sandboxes:
             session.shell.close()
         sandbox.sessions.clear()
         if sandbox.env is not None:
-            with contextlib.suppress(SubstrateError):
-                self.backing.destroy(sandbox.env, 60)
+            remove_backing(self.backing, sandbox.env)
             sandbox.env = None
 
     def transition(self, sandbox: Sandbox, state: str) -> None:

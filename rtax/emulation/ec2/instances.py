@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.faults import Fault, Faults
 from rtax.substrates.base import Environment, SubstrateError
 from rtax.substrates.docker import DockerSubstrate
@@ -44,6 +45,8 @@ class Fleet:
         self._threads: list[threading.Thread] = []
         self._made: set[str] = set()
         self._stopping = False
+        #: set by `stop`: removals still retrying give up, `stop` removes what is left
+        self._stop = threading.Event()
 
     def start(self) -> None:
         """Reap the containers of dead emulations (a live one's are kept)."""
@@ -51,10 +54,12 @@ class Fleet:
 
         reaper.reap([self.backing])
         self._stopping = False
+        self._stop.clear()
 
     def stop(self) -> None:
         """Wait for the background work, then remove every container made (idempotent)."""
         self._stopping = True
+        self._stop.set()
         for thread in list(self._threads):
             thread.join(timeout=120)
         self._threads.clear()
@@ -98,7 +103,11 @@ class Fleet:
             instance.terminated, instance.online = True, False
             env, instance.env = instance.env, None
         if env is not None:
-            self.background(self.backing.destroy, env, 60)
+            self.background(self._remove, env)
+
+    def _remove(self, env: Environment) -> None:
+        """Remove a backing container, retried while the engine is away (`remove_backing`)."""
+        remove_backing(self.backing, env, stop=self._stop)
 
     def background(self, fn: Any, *args: Any) -> None:
         """Run `fn` in a thread that `stop` waits for."""
@@ -120,8 +129,7 @@ class Fleet:
         try:
             self.backing.wait_running(env, 120)
         except SubstrateError:
-            with contextlib.suppress(SubstrateError):
-                self.backing.destroy(env, 60)
+            self._remove(env)
             return
         with self.lock:
             instance = self._instances.get(instance_id)
@@ -135,4 +143,4 @@ class Fleet:
                 instance.env = env
                 instance.online = fault is None or not fault.failing
         if gone:
-            self.backing.destroy(env, 60)
+            self._remove(env)

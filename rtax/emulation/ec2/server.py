@@ -190,14 +190,19 @@ class _FrontHandler(BaseHTTPRequestHandler):
         status, headers, data = self.emulation.answer(
             self.command, self.path, dict(self.headers.items()), body
         )
-        self.send_response(status)
-        for key, value in headers:
-            self.send_header(key, value)
-        self.send_header(EMULATION_HEADER, self.emulation.kind)  # moto's answers included
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        try:
+            self.send_response(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header(EMULATION_HEADER, self.emulation.kind)  # moto's answers included
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client stopped waiting (a delayed answer past its timeout, the lost-response
+            # fault): what a real service sees as a closed connection, not an error of its own.
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 

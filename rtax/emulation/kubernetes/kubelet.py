@@ -19,6 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.faults import Faults
 from rtax.emulation.kubernetes.api import timestamp
 from rtax.emulation.kubernetes.store import Store
@@ -265,12 +266,7 @@ class Kubelet:
             env = self.envs.pop(uid, None)
             if env is not None:
                 self._event(last, "Killing", "Stopping container main")
-                for _ in range(3):
-                    try:
-                        self.docker(self.image).destroy(env, 60)
-                        break
-                    except Exception:
-                        continue
+                remove_backing(self.docker(self.image), env)
             with self.state.lock:
                 pod = self.state.objects["pods"].get((ns, name))
                 if pod is not None and pod["metadata"]["uid"] == uid:
