@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rtax import redaction
-from rtax.monitor import stamp
+from rtax.incidents import stamp
 from rtax.rules import Alerts
 from rtax.store import Store
 
@@ -67,9 +68,20 @@ def webhook_url(settings: Alerts, environ: dict[str, str] | None = None) -> str 
     if settings.webhook_env:
         value = (os.environ if environ is None else environ).get(settings.webhook_env)
         if value:
-            redaction.register(value)
+            redaction.register(*_secret_parts(value))
             return value
     return None
+
+
+def _secret_parts(url: str) -> list[str]:
+    """What of a webhook URL is a credential: all of it, its path and query (a Slack URL's
+    token is its path), and each long path segment or query value on its own."""
+    parts = urllib.parse.urlsplit(url)
+    rest = parts.path + (f"?{parts.query}" if parts.query else "")
+    pieces = [url, rest if len(rest) >= 8 else ""]
+    pieces += [p for p in parts.path.split("/") if len(p) >= 16]
+    pieces += [v for _, v in urllib.parse.parse_qsl(parts.query) if len(v) >= 8]
+    return pieces
 
 
 def body(incident: dict[str, Any], event: str) -> dict[str, Any]:

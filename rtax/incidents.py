@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,11 @@ class Verdict:
     finding: Finding | None
     #: the newest sample the verdict read (an incident that resolves ends there)
     newest: str | None = None
+
+
+def stamp(moment: datetime) -> str:
+    """The store's timestamp format (that of ``started_at``), which compares as text."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def series_key(row: Any) -> str:
@@ -100,7 +105,7 @@ def _verdict(rule: Rule, runs: pd.DataFrame, detection: Detection, now: datetime
         age = (now - datetime.fromisoformat(last)).total_seconds()
         if age <= rule.limit:
             return Verdict(rule, True, None, last)
-        start = (datetime.fromisoformat(last) + timedelta(seconds=rule.limit)).isoformat()
+        start = stamp(datetime.fromisoformat(last) + timedelta(seconds=rule.limit))
         detail = f"no probe for {age / 60:.0f} min (limit {rule.limit / 60:.0f} min)"
         return Verdict(
             rule, True, Finding(rule.metric, rule.name, "threshold", start, None, None,

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from rtax import incidents
+from rtax.incidents import stamp
 from rtax.rules import Alerts, Detection
 from rtax.store import Store
 
@@ -72,11 +73,6 @@ def run(
         if notifier is not None:
             notifier.wake()
     return report
-
-
-def stamp(moment: datetime) -> str:
-    """The store's timestamp format (that of ``started_at``)."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def check(
