@@ -198,3 +198,21 @@ def _describe(metric: str, before: float, after: float, n_after: int, statistic:
 
 def _p50(frame: pd.DataFrame) -> float | None:
     return stats.percentile(frame["value"], 50) if len(frame) else None
+
+
+def listing(frame: pd.DataFrame) -> list[str]:
+    """`rtax incidents`' lines: a header, then one line per incident (its state, when it
+    began and ended, series, metric, rule, before -> after, magnitude, detail)."""
+    if frame.empty:
+        return ["no incidents"]
+    lines = [f"{'id':>5}  {'state':<8}  {'start':<19}  {'end':<19}  series / metric (rule): change"]
+    for row in frame.to_dict("records"):
+        end = "" if pd.isna(row["end"]) else str(row["end"])[:19]
+        magnitude = "" if pd.isna(row["magnitude"]) else f" x{row['magnitude']:.2f}"
+        alert = row["alert_open"] if pd.isna(row["alert_resolved"]) else row["alert_resolved"]
+        lines.append(
+            f"{row['id']:>5}  {row['state']:<8}  {row['start'][:19]:<19}  {end:<19}  "
+            f"{row['series']} / {row['metric']} ({row['rule']}){magnitude}: {row['detail']}"
+            f" [alert {alert}]"
+        )
+    return lines

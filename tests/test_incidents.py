@@ -221,3 +221,26 @@ def test_a_failing_pass_is_logged_and_the_next_one_runs(
     assert "detection failed" in caplog.text
     report = monitor.run(lambda: Store(db_path), config, None, log)
     assert report is not None and report.opened == []
+
+
+def test_rtax_incidents_lists_open_ones_and_with_all_resolved_ones(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rtax import cli
+
+    rule = Rule("slow", "time_to_first_command", "p95_above", 2.0, samples=1)
+    alerts = Alerts(rules=(rule,))
+    with Store(db_path) as store:
+        assert cli.main(["incidents", "--db", str(db_path)]) == 0
+        assert capsys.readouterr().out.strip() == "no incidents"
+        _check(store, _probe(store, 0, 5.0), alerts)  # opens
+        _check(store, _probe(store, 1, 1.0), alerts)  # resolves
+        _check(store, _probe(store, 2, 4.0), alerts)  # opens again
+    assert cli.main(["incidents", "--db", str(db_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and " open " in lines[1]
+    assert "local T0 S=0 exec real / time_to_first_command (slow) x2.00" in lines[1]
+    assert cli.main(["incidents", "--db", str(db_path), "--all"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[1] for line in lines[1:]] == ["open", "resolved"]
+    assert "[alert pending]" in lines[2]
