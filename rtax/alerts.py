@@ -61,16 +61,25 @@ IDLE_S = 30.0
 
 
 def webhook_url(settings: Alerts, environ: dict[str, str] | None = None) -> str | None:
-    """The webhook to post to: ``webhook``, or the variable ``webhook_env`` names (held as a
-    secret from then on); None when neither is set."""
-    if settings.webhook:
-        return settings.webhook
-    if settings.webhook_env:
+    """The webhook to post to: ``webhook``, or the variable ``webhook_env`` names; None when
+    neither is set. Held as a secret from then on (`_secret_parts`)."""
+    value = settings.webhook
+    if not value and settings.webhook_env:
         value = (os.environ if environ is None else environ).get(settings.webhook_env)
-        if value:
-            redaction.register(*_secret_parts(value))
-            return value
-    return None
+    if value:
+        redaction.register(*_secret_parts(value))
+    return value or None
+
+
+def start(database: str | Path, settings: Alerts) -> Notifier | None:
+    """A started `Notifier` for the configured webhook (None: none configured); the alerts an
+    earlier run left pending go out first."""
+    url = webhook_url(settings)
+    if url is None:
+        return None
+    notifier = Notifier(database, settings, url)
+    notifier.start()
+    return notifier
 
 
 def _secret_parts(url: str) -> list[str]:

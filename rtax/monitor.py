@@ -22,6 +22,8 @@ from rtax.store import Store
 
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
+#: The columns that make a series (rtax.stats.DEFAULT_GROUP).
+SERIES = ("substrate", "tier", "steps", "mode", "fidelity")
 #: The runs columns detection reads.
 COLUMNS = (
     "run_id",
@@ -101,8 +103,12 @@ def _series(
     delivering: bool,
     report: Report,
 ) -> None:
-    key = incidents.series_key(row)
-    filters = {c: row[c] for c in ("substrate", "tier", "steps", "mode", "fidelity")}
+    grouping = [row[c] for c in SERIES]
+    if any(v is None or v != v for v in grouping):  # an old row without fidelity: no series
+        return
+    filters = dict(zip(SERIES, (str(v) for v in grouping), strict=True))
+    filters["steps"] = int(row["steps"])  # sqlite binds Python ints, not numpy's
+    key = incidents.series_key(filters)
     runs = store.runs(columns=COLUMNS, limit=detection.window, newest_first=True, **filters)
     runs = runs.iloc[::-1].reset_index(drop=True)
     open_now = {(i["metric"], i["rule"]): i for i in store.open_incidents(key)}
@@ -127,7 +133,6 @@ def _series(
                 {
                     "series": key,
                     **filters,
-                    "steps": int(filters["steps"]),
                     "metric": found.metric,
                     "rule": found.rule,
                     "detector": found.detector,

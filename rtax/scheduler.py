@@ -115,10 +115,7 @@ class Prober:
                 self.metrics.seed(store)  # the last probes before this start
                 self._spool.replay(store)  # and write what an earlier run had to spool
             self._endpoint = metrics.serve(self.metrics, self.config.metrics, log)
-            url = alerts.webhook_url(self.config.alerts)
-            if url:
-                self.notifier = alerts.Notifier(self.config.database, self.config.alerts, url)
-                self.notifier.start()  # alerts a previous run left pending go out now
+            self.notifier = alerts.start(self.config.database, self.config.alerts)
             self.compose.fixture()  # built once, before any rollout needs it
             self._unusable = self.compose.start_emulations(log.info)
             self._check_substrates()

@@ -244,3 +244,14 @@ def test_rtax_incidents_lists_open_ones_and_with_all_resolved_ones(
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[1] for line in lines[1:]] == ["open", "resolved"]
     assert "[alert pending]" in lines[2]
+
+
+def test_old_rows_without_a_fidelity_are_no_series_and_break_no_pass(store: Store) -> None:
+    """Rows of old files may lack a fidelity (NULL): they belong to no series; a pass
+    skips them rather than failing on the incidents table's NOT NULL."""
+    rule = Rule("slow", "time_to_first_command", "p95_above", 2.0, samples=1)
+    _probe(store, 0, 5.0, fidelity=None)
+    last = _probe(store, 1, 5.0, substrate="other")
+    report = _check(store, last, Alerts(rules=(rule,)))
+    assert [i["substrate"] for i in store.open_incidents()] == ["other"]
+    assert len(report.opened) == 1
