@@ -1,5 +1,5 @@
-"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations), the
-only module that writes SQL.
+"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations) and its
+incidents (rtax.store_incidents, a mixin of `Store`), the only module that writes SQL.
 
 Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
 window in view, so nothing is pre-aggregated; a single file is what an embedded default needs.
