@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -100,10 +101,17 @@ def body(incident: dict[str, Any], event: str) -> dict[str, Any]:
     text = f"rtax incident {verb}: {incident['series']} {incident['metric']} ({incident['rule']})"
     if incident.get("detail"):
         text += f": {incident['detail']}"
-    fields = {k: incident.get(k) for k in FIELDS}
+    fields = {k: _plain(incident.get(k)) for k in FIELDS}
     return redaction.scrub_value(
         {"text": text, "event": event, "incident": fields}, redaction.held()
     )
+
+
+def _plain(value: Any) -> Any:
+    """A value JSON can carry: NaN and infinities (no number) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 class Notifier:
@@ -194,7 +202,7 @@ class Notifier:
 
     def _post(self, payload: dict[str, Any]) -> str | None:
         """POST `payload`; None when the receiver took it (2xx), else why not (scrubbed)."""
-        data = json.dumps(payload).encode()
+        data = json.dumps(payload, allow_nan=False).encode()
         request = urllib.request.Request(
             self.url, data=data, headers={"Content-Type": "application/json"}, method="POST"
         )

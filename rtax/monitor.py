@@ -20,6 +20,7 @@ from rtax.incidents import stamp
 from rtax.rules import Alerts, Detection
 from rtax.store import Store
 
+_log = logging.getLogger("rtax.monitor")
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
 #: The columns that make a series (rtax.stats.DEFAULT_GROUP).
@@ -90,7 +91,10 @@ def check(
             report.resolved.append(incident["id"])
     seen = store.series_seen(stamp(now - LOOKBACK))
     for _, row in seen.iterrows():
-        _series(store, row, detection, alerts, now, delivering, report)
+        try:
+            _series(store, row, detection, alerts, now, delivering, report)
+        except Exception:  # one series' trouble is said, and the others are still looked at
+            _log.exception("detection on %s failed", incidents.series_key(row))
     return report
 
 

@@ -255,3 +255,17 @@ def test_old_rows_without_a_fidelity_are_no_series_and_break_no_pass(store: Stor
     report = _check(store, last, Alerts(rules=(rule,)))
     assert [i["substrate"] for i in store.open_incidents()] == ["other"]
     assert len(report.opened) == 1
+
+
+def test_one_failing_series_does_not_stop_the_others(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row whose start is not a time (a damaged file) breaks its own series' staleness
+    check; the pass says so and still looks at the other series."""
+    rule = Rule("stale", "staleness", "stale_after", 60.0)
+    store.save_rollout(make_record("bad", started_at="not a time", substrate="broken"))
+    last = _probe(store, 0, substrate="fine")
+    report = _check(store, last + timedelta(hours=1), Alerts(rules=(rule,)))
+    assert len(report.opened) == 1
+    assert [i["substrate"] for i in store.open_incidents()] == ["fine"]
+    assert "detection on broken T0 S=0 exec real failed" in caplog.text
