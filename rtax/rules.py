@@ -127,6 +127,9 @@ def parse_detection(raw: Any, bad: Bad, duration: Duration) -> Detection:
     if "min_success_sigma" in values:
         success = replace(success, min_sigma=values["min_success_sigma"])
     window = values.get("window", found.window)
+    recovery = values.get("recovery_samples", found.recovery_samples)
+    if recovery > window:
+        bad("detection.recovery_samples", f"must be at most the window ({window})")
     if 2 * latency.min_segment > window:
         bad("detection.min_segment", f"must be at most half the window ({window})")
     return replace(
@@ -134,7 +137,7 @@ def parse_detection(raw: Any, bad: Bad, duration: Duration) -> Detection:
         window=window,
         latency=latency,
         success=success,
-        recovery_samples=values.get("recovery_samples", found.recovery_samples),
+        recovery_samples=recovery,
     )
 
 

@@ -99,6 +99,7 @@ def test_the_shipped_configuration_has_rules() -> None:
         ("[detection]\ninterval = '10ms'\n", "detection.interval"),
         ("[detection]\nmin_segment = 150\n", "detection.min_segment"),
         ("[detection]\ndrift = 0.5\n", "detection.drift"),
+        ("[detection]\nwindow = 20\nrecovery_samples = 30\n", "detection.recovery_samples"),
         ("[alerts]\nwebhook = 'ftp://x'\n", "alerts.webhook"),
         ("[alerts]\nwebhook_env = 'not a var'\n", "alerts.webhook_env"),
         ("[alerts]\nwebhook = 'http://a'\nwebhook_env = 'A'\n", "alerts.webhook"),
