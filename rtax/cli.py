@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--substrate", help="only this substrate")
     export.add_argument("--tier", choices=workloads.TIERS, help="only this tier")
 
+    inc = sub.add_parser("incidents", parents=[db], help="list open incidents (docs/alerts.md)")
+    inc.add_argument("--all", action="store_true", help="resolved ones too, newest first")
+    inc.add_argument("--limit", type=number(int, low=1), default=50, help="at most this many")
+
     image = sub.add_parser("image", help="the Docker runner image")
     image_sub = image.add_subparsers(dest="image_command", required=True, parser_class=_Parser)
     build = image_sub.add_parser("build", help="build the runner image (a no-op if current)")
@@ -160,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {
         "probe": cmd_probe,
         "export": cmd_export,
+        "incidents": cmd_incidents,
         "fixtures": cmd_fixtures,
         "image": cmd_image,
         "reap": cmd_reap,
@@ -277,6 +282,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
     print(f"wrote {n} {args.table} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_incidents(args: argparse.Namespace) -> int:
+    from rtax.compose import open_store
+    from rtax.incidents import listing
+
+    with open_store(args.db, create=False) as store:
+        frame = store.incidents(state=None if args.all else "open", limit=args.limit)
+    print("\n".join(listing(frame)))
     return 0
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, redaction, workloads
+from rtax import paths, redaction, rules, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
@@ -111,6 +111,10 @@ class Config:
     #: where the dashboard listens (docs/dashboard.md#serving): 127.0.0.1 unless opened
     dashboard: Dashboard = field(default_factory=Dashboard)
     metrics: MetricsSettings = MetricsSettings()
+    #: change-point detection (docs/alerts.md#detection)
+    detection: rules.Detection = field(default_factory=rules.Detection)
+    #: alert rules and their webhook (docs/alerts.md)
+    alerts: rules.Alerts = field(default_factory=rules.Alerts)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -186,6 +190,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         problems.append(f"{where}{key}: {message}")
 
     known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
+    known |= {"detection", "alerts"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -404,6 +409,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     metrics = _metrics(raw.get("metrics", {}), bad)
 
     dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
+    detection = rules.parse_detection(raw.get("detection", {}), bad, duration)
+    alerts = rules.parse_alerts(raw.get("alerts", {}), bad, duration, set(substrates))
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -418,6 +425,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         seconds["reap_interval"],
         dashboard,
         metrics,
+        detection,
+        alerts,
     )
 
 

@@ -148,6 +148,55 @@ def _v6(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE [runs] ADD COLUMN [toolchain] TEXT")
 
 
+#: The columns of incidents (created by `_v7`), in order, without its integer key `id`.
+INCIDENT_COLUMNS: tuple[str, ...] = (
+    "series",
+    "substrate",
+    "tier",
+    "steps",
+    "mode",
+    "fidelity",
+    "metric",
+    "rule",
+    "detector",
+    "state",
+    "start",
+    "end",
+    "opened_at",
+    "before_p50",
+    "after_p50",
+    "magnitude",
+    "detail",
+    "alert_open",
+    "alert_resolved",
+    "alert_attempts",
+    "alert_next_at",
+    "alert_error",
+    "alert_open_sent_at",
+    "alert_resolved_sent_at",
+)
+
+
+def _v7(db: sqlite_utils.Database) -> None:
+    """Incidents (docs/alerts.md#incidents): a detected change or a rule breach of one series
+    and metric, open until the series returns, with the delivery state of its two alerts
+    (opened, resolved) kept here so that a restart still delivers a pending one."""
+    db.execute(
+        "CREATE TABLE [incidents] ([id] INTEGER PRIMARY KEY, [series] TEXT NOT NULL, "
+        "[substrate] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
+        "[mode] TEXT NOT NULL, [fidelity] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[rule] TEXT NOT NULL, [detector] TEXT NOT NULL, "
+        "[state] TEXT NOT NULL CHECK ([state] IN ('open', 'resolved')), "
+        "[start] TEXT NOT NULL, [end] TEXT, [opened_at] TEXT NOT NULL, [before_p50] REAL, "
+        "[after_p50] REAL, [magnitude] REAL, [detail] TEXT, [alert_open] TEXT NOT NULL, "
+        "[alert_resolved] TEXT, [alert_attempts] INTEGER NOT NULL DEFAULT 0, "
+        "[alert_next_at] TEXT, [alert_error] TEXT, [alert_open_sent_at] TEXT, "
+        "[alert_resolved_sent_at] TEXT)"
+    )
+    db.execute("CREATE INDEX [idx_incidents_state] ON [incidents] ([state], [series])")
+    db.execute("CREATE INDEX [idx_incidents_key] ON [incidents] ([series], [metric], [rule])")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -156,5 +205,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (4, _v4),
     (5, _v5),
     (6, _v6),
+    (7, _v7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -17,6 +17,8 @@ Why these choices (docs/configuration.md#scheduler):
   reaps on start (orphans that a crashed scheduler left) and every ``reap_interval``: expired
   environments go whoever owns them, so nothing outlives a long-running scheduler.
 - It serves what it stored as Prometheus metrics (`rtax.metrics`, docs/metrics.md).
+- It looks for change points and rule breaches every ``[detection] interval`` and posts their
+  alerts from a thread of its own (`rtax.monitor`, `rtax.alerts`, docs/alerts.md).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rtax import budget, metrics, reaper, redaction, workloads
+from rtax import alerts, budget, metrics, monitor, reaper, redaction, workloads
 from rtax.compose import Composition, Factory, configured_fidelity, prepare
 from rtax.config import Config, Plan, SubstrateConfig, build_substrate
 from rtax.deadline import run_with_deadline
@@ -87,6 +89,8 @@ class Prober:
         self.metrics = metrics.Metrics()
         self._spool = Spool(config.database, self.compose.store, on_saved=self.metrics.observe)
         self._endpoint: metrics.Endpoint | None = None
+        #: posts incident alerts while it runs (None: no webhook configured)
+        self.notifier: alerts.Notifier | None = None
 
     @property
     def emulations(self) -> list[Any]:
@@ -111,12 +115,14 @@ class Prober:
                 self.metrics.seed(store)  # the last probes before this start
                 self._spool.replay(store)  # and write what an earlier run had to spool
             self._endpoint = metrics.serve(self.metrics, self.config.metrics, log)
+            self.notifier = alerts.start(self.config.database, self.config.alerts)
             self.compose.fixture()  # built once, before any rollout needs it
             self._unusable = self.compose.start_emulations(log.info)
             self._check_substrates()
             self._reap()
             self._scheduler = BackgroundScheduler(
-                executors={"default": ThreadPoolExecutor(max(len(self.config.plans), 1))},
+                # a worker per plan, and two for the reaper, retention and detection
+                executors={"default": ThreadPoolExecutor(len(self.config.plans) + 2)},
                 job_defaults={
                     "coalesce": True,
                     "max_instances": 1,
@@ -150,6 +156,13 @@ class Prober:
                 id="retention",
                 name="retention",
                 next_run_time=first + timedelta(seconds=60),
+            )
+            self._scheduler.add_job(
+                self.run_monitor,
+                IntervalTrigger(seconds=self.config.detection.interval_s),
+                id="monitor",
+                name="monitor",
+                next_run_time=first + timedelta(seconds=self.config.detection.interval_s),
             )
             self._scheduler.start()
             log.info(
@@ -185,6 +198,9 @@ class Prober:
         if self._endpoint is not None:
             self._endpoint.stop()
             self._endpoint = None
+        if self.notifier is not None:
+            self.notifier.stop()  # what it has not sent stays pending in the database
+            self.notifier = None
         try:
             self.compose.close()
         except RuntimeError as exc:  # an emulation that could not stop cleanly: said, not fatal
@@ -286,6 +302,11 @@ class Prober:
                 report.bytes_before,
                 report.bytes_after,
             )
+
+    def run_monitor(self) -> monitor.Report | None:
+        """One detection pass (`rtax.monitor.run`): it holds no probe slot, so probing never
+        waits for it; a failure is logged and the monitor goes on."""
+        return monitor.run(self.compose.store, self.config, self.notifier, log)
 
     # -- one plan, one cycle ---------------------------------------------------------------
 

@@ -1,11 +1,12 @@
-"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations), the
-only module that writes SQL.
+"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations) and its
+incidents (rtax.store_incidents, a mixin of `Store`), the only module that writes SQL.
 
 Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
 window in view, so nothing is pre-aggregated; a single file is what an embedded default needs.
 
 - ``runs``: one row per rollout (phases, status, error class, fidelity, provenance).
 - ``actions``: one row per command of a rollout (ready attempts, setup, actions), linked by run_id.
+- ``incidents``: changes and rule breaches per series, with their alerts (`rtax.store_incidents`).
 - WAL mode, so the dashboard reads while the scheduler writes.
 - One transaction per rollout: a 150-action trajectory is written whole or not at all.
 - The columns are `rtax.record`'s fields, in their order. The schema version is SQLite's
@@ -29,6 +30,7 @@ import sqlite_utils
 from rtax import redaction
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
+from rtax.store_incidents import IncidentStore
 
 #: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
 #: timeout). Maintenance (`Store.compact`, `rtax.retention`) holds the lock far less than this.
@@ -64,8 +66,9 @@ class StoreError(RuntimeError):
     """The database can't be used; the message says which file and why."""
 
 
-class Store:
-    """One SQLite database of rtax samples. Open one per thread (sqlite's rule)."""
+class Store(IncidentStore):
+    """One SQLite database of rtax samples. Open one per thread (sqlite's rule). Its
+    incidents and alerts are `rtax.store_incidents`'s."""
 
     def __init__(
         self,

@@ -448,3 +448,46 @@ def test_start_replays_what_a_probe_spooled_in_either_place(
     prober_of(conf)
     assert sorted(_runs(conf.database)["run_id"]) == ["away", "beside"]
     assert not spool.path.exists() and not spool.fallback.exists()
+
+
+def test_detection_runs_beside_probing_and_alerts_once_per_incident(
+    tmp_path: Path, prober_of
+) -> None:
+    """Every local rollout breaches a 1 ms p95 rule: one incident, one alert, while probing
+    goes on; a receiver that hangs on the alert does not stop rollouts being stored."""
+    from tests.test_alerts import Receiver
+
+    receiver = Receiver()
+    receiver.hold = threading.Event()
+    try:
+        conf = _config(
+            tmp_path,
+            PLAN_T0
+            + f"""
+[detection]
+interval = "1s"
+[alerts]
+webhook = "{receiver.url}"
+timeout = "20s"
+[[alerts.rules]]
+name = "slow"
+metric = "time_to_first_command"
+p95_above = "1ms"
+samples = 1
+""",
+        )
+        prober = prober_of(conf)
+        _wait_for(lambda: receiver.requests == 1, 30, "the alert posted")
+        stored = len(_runs(conf.database))
+        _wait_for(lambda: len(_runs(conf.database)) >= stored + 2, 30, "rollouts while it hangs")
+        receiver.hold.set()
+        _wait_for(lambda: receiver.bodies, 30, "the alert delivered")
+        with Store(conf.database, create=False) as store:
+            (incident,) = store.incidents().to_dict("records")
+        assert incident["state"] == "open" and incident["rule"] == "slow"
+        passes = len(_runs(conf.database))
+        _wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")
+        assert prober.notifier is not None
+        assert len(receiver.bodies) == 1 and receiver.requests == 1
+    finally:
+        receiver.close()
