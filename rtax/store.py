@@ -2,7 +2,9 @@
 only module that writes SQL.
 
 Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
-window in view, so nothing is pre-aggregated; a single file is what an embedded default needs.
+window in view; a single file is what an embedded default needs. Beside them the store keeps
+per-series hourly summaries (rtax.summaries), written in the transaction that saves each run, so
+the dashboard's first paint never scans every sample; raw samples stay the source of truth.
 
 - ``runs``: one row per rollout (phases, status, error class, fidelity, provenance).
 - ``actions``: one row per command of a rollout (ready attempts, setup, actions), linked by run_id.
@@ -26,8 +28,8 @@ from typing import Any
 import pandas as pd
 import sqlite_utils
 
-from rtax import redaction
-from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
+from rtax import redaction, summaries
+from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION, build_summaries
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 
 #: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
@@ -179,10 +181,85 @@ class Store:
                     _insert("actions", ACTION_COLUMNS),
                     ([row.get(c) for c in ACTION_COLUMNS] for row in record.actions),
                 )
+                self._add_summaries(
+                    summaries.rows_of([run], {run.get("run_id"): len(record.actions)})
+                )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot save run {run.get('run_id')}: {exc}") from exc
 
+    def _add_summaries(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Merge summary rows into the table (inside the caller's transaction)."""
+        conn = self.db.conn
+        where = " AND ".join(f"[{k}] = ?" for k in _SUMMARY_PK)
+        for row in rows:
+            cursor = conn.execute(
+                f"SELECT * FROM summaries WHERE {where}", [row[k] for k in _SUMMARY_PK]
+            )
+            found = cursor.fetchone()
+            if found is not None:
+                old = dict(zip([d[0] for d in cursor.description], found, strict=True))
+                row = summaries.merge_row(old, row)
+            conn.execute(
+                _insert("summaries", summaries.COLUMNS, "INSERT OR REPLACE"),
+                [row.get(c) for c in summaries.COLUMNS],
+            )
+
+    def rebuild_summaries(self) -> int:
+        """Rewrite the summaries from the raw runs and the rollups (repair, or after rows were
+        written around `save_rollout`, as the synthetic benchmark does); one transaction."""
+        with self._transaction():
+            return build_summaries(self.db)
+
     # -- reading -------------------------------------------------------------------------------
+
+    def summaries(
+        self, *, metrics: Sequence[str] | None = None, since: str | None = None, **filters: Any
+    ) -> pd.DataFrame:
+        """Summary rows (rtax.summaries) for the filters and a window from `since` (all time if
+        None). Whole hours come from the table; the part of the window before its first whole
+        hour is summarized from the raw runs started in it (an indexed slice of at most an
+        hour), so the answer covers exactly the window where raw samples remain. Folded
+        history counts by bucket start, as `rtax.retention.window` does."""
+        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
+        clauses = [where.removeprefix("WHERE ")] if where else []
+        if metrics is not None:
+            clauses.append(f"metric IN ({', '.join('?' for _ in metrics)})")
+            params.extend(metrics)
+        edge = None
+        if since is not None:
+            edge = summaries.next_hour(str(since))
+            clauses.append("bucket_start >= ?")
+            params.append(edge)
+        sql = "SELECT * FROM summaries" + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+        frame = self._frame(sql, params)
+        if edge is not None and edge != since:
+            runs = self.runs(since=since, until=edge, **filters)
+            counts = self._action_rows(list(runs["run_id"])) if not runs.empty else {}
+            rows = summaries.rows_of(runs.to_dict("records"), counts)
+            rows = [r for r in rows if metrics is None or r["metric"] in metrics]
+            if rows:
+                extra = pd.DataFrame(rows, columns=list(summaries.COLUMNS))
+                frame = extra if frame.empty else pd.concat([frame, extra], ignore_index=True)
+        return frame
+
+    def _action_rows(self, run_ids: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for start in range(0, len(run_ids), 500):
+            chunk = list(run_ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            sql = f"SELECT run_id, count(*) FROM actions WHERE run_id IN ({marks}) GROUP BY 1"
+            out.update(dict(self.db.execute(sql, chunk).fetchall()))
+        return out
+
+    def summary_distinct(self) -> dict[str, list[Any]]:
+        """The values present in the grouping columns over raw and folded history alike (the
+        dashboard's filters), from the summaries: no scan of runs."""
+        out = {}
+        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
+            sql = f"SELECT DISTINCT [{column}] FROM summaries WHERE metric = ? ORDER BY 1"
+            rows = self.db.execute(sql, ["wall_s"]).fetchall()  # every run has one
+            out[column] = [r[0] for r in rows if r[0] is not None]
+        return out
 
     def runs(
         self,
@@ -452,6 +529,9 @@ def _scrubbed(frame: pd.DataFrame, secrets: list[str]) -> pd.DataFrame:
 _ACTION_CONTEXT = ", ".join(
     f"r.{column}" if column == name else f"r.{column} AS {name}" for column, name in ACTION_CONTEXT
 )
+
+_SUMMARY_PK = ("substrate", "mode", "fidelity", "tier", "steps", "toolchain", "bucket_start")
+_SUMMARY_PK = (*_SUMMARY_PK, "metric")
 
 _RUN_FILTERS = frozenset(
     {"substrate", "kind", "mode", "tier", "steps", "fidelity", "status", "run_id"}

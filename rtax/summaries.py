@@ -1,0 +1,279 @@
+"""Per-series summaries: what the dashboard's first paint reads instead of every raw sample.
+
+Why (docs/data.md#summaries): a page over 100,000 runs and millions of actions must not scan them
+on every render. So the store keeps, per series (substrate, kind, mode, fidelity, tier, steps,
+workload toolchain) and UTC hour, one row per metric with the counts a page needs: runs, the
+error classes of the failures (harness errors among them, counted apart), and over the
+successful runs' finite samples n, sum (means: totals use the mean), sum of squares (least-squares
+fits), min, max, the coarsest resolution, and a mergeable quantile sketch (`rtax.sketch`, the
+format of retention's rollups: exact up to `sketch.EXACT_LIMIT` samples, within `sketch.ALPHA`
+beyond). The store writes a run's summary rows in the transaction that saves the run, so raw
+samples and summaries never disagree; retention deletes raw rows but never summaries, so raw and
+folded history stay one continuous summary.
+
+Metrics: every phase and derived per-run metric (`RUN_METRICS`), each native milestone
+(``milestone:<name>``, offsets of successful runs), and ``action_rows`` (every run's number of
+action rows, so counts never scan the actions table).
+
+This module is pure: rows from runs, and rows merged over any grouping (`combine`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rtax import sketch, stats
+from rtax.record import METRIC_COLUMNS, METRIC_PHASES, PHASE_COLUMNS
+
+#: What a summary row is keyed by, besides its metric (the table's primary key with it).
+KEY = ("substrate", "kind", "mode", "fidelity", "tier", "steps", "toolchain", "bucket_start")
+RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
+ACTION_ROWS = "action_rows"
+MILESTONE = "milestone:"
+#: The columns of the summaries table, in order.
+COLUMNS = (
+    *KEY,
+    "metric",
+    "runs",
+    "n",
+    "sum",
+    "sumsq",
+    "min",
+    "max",
+    "res_max",
+    "last_started_at",
+    "sketch",
+    "errors",
+)
+
+
+def hour_of(started_at: str) -> str:
+    """The start of the UTC hour `started_at` falls in, as an ISO string (the bucket)."""
+    stamp = datetime.fromisoformat(started_at).astimezone(UTC)
+    return stamp.replace(minute=0, second=0, microsecond=0).isoformat(timespec="microseconds")
+
+
+def next_hour(since: str) -> str:
+    """The first bucket start at or after `since`: buckets from it lie wholly in the window."""
+    start = hour_of(since)
+    if start == datetime.fromisoformat(since).astimezone(UTC).isoformat(timespec="microseconds"):
+        return start
+    return (datetime.fromisoformat(start) + timedelta(hours=1)).isoformat(timespec="microseconds")
+
+
+def _resolution(run: Mapping[str, Any], metric: str) -> float | None:
+    """A run's resolution of `metric`: its phase's, or the sum over a derived metric's phases
+    (`rtax.dashboard.tables.resolution_of`'s rule); None where nothing was polled."""
+    phases = METRIC_PHASES.get(metric, (metric.removesuffix("_s"),))
+    found = [run.get(f"{p}_res_s") for p in phases]
+    found = [float(v) for v in found if v is not None and not _nan(v)]
+    return sum(found) if found else None
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _milestones(run: Mapping[str, Any]) -> dict[str, list[float]]:
+    raw = run.get("milestones")
+    items = json.loads(raw) if isinstance(raw, str) and raw else (raw or [])
+    out: dict[str, list[float]] = {}
+    for item in items:
+        if isinstance(item, dict) and item.get("t_s") is not None:
+            out.setdefault(f"{MILESTONE}{item['name']}", []).append(float(item["t_s"]))
+    return out
+
+
+def rows_of(
+    runs: Iterable[Mapping[str, Any]], action_rows: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Summary rows of `runs` (run rows as dicts, store columns), one per key and metric.
+    `action_rows`: run_id -> its number of action rows (0 where missing)."""
+    acc: dict[tuple, dict[str, Any]] = {}
+    for run in runs:
+        key = (
+            run["substrate"],
+            run.get("kind"),
+            run.get("mode") or "exec",
+            run.get("fidelity") or "real",
+            run["tier"],
+            int(run.get("steps") or 0),
+            run.get("toolchain") or "",
+            hour_of(run["started_at"]),
+        )
+        ok = run.get("status") == "ok"
+        error = None if ok else (run.get("error_class") or "unknown")
+        values: dict[str, list[float]] = {}
+        if ok:
+            for metric in RUN_METRICS:
+                v = run.get(metric)
+                values[metric] = [] if v is None or _nan(v) else [float(v)]
+            values.update(_milestones(run))
+        values[ACTION_ROWS] = [float((action_rows or {}).get(run.get("run_id"), 0))]
+        for metric in dict.fromkeys((*RUN_METRICS, ACTION_ROWS, *values)):
+            a = acc.get((*key, metric))
+            if a is None:
+                a = acc[(*key, metric)] = {
+                    "runs": 0,
+                    "errors": Counter(),
+                    "values": [],
+                    "res": None,
+                    "last": run["started_at"],
+                }
+            a["runs"] += 1
+            if error:
+                a["errors"][error] += 1
+            a["values"].extend(values.get(metric, []))
+            a["last"] = max(a["last"], run["started_at"])
+            res = _resolution(run, metric) if ok and metric in RUN_METRICS else None
+            if res is not None:
+                a["res"] = res if a["res"] is None else max(a["res"], res)
+    return [_row(key, a) for key, a in acc.items()]
+
+
+def _row(key: tuple, a: dict[str, Any]) -> dict[str, Any]:
+    v = a["values"]
+    return {
+        **dict(zip((*KEY, "metric"), key, strict=True)),
+        "runs": a["runs"],
+        "n": len(v),
+        "sum": float(sum(v)),
+        "sumsq": float(sum(x * x for x in v)),
+        "min": min(v) if v else None,
+        "max": max(v) if v else None,
+        "res_max": a["res"],
+        "last_started_at": a["last"],
+        "sketch": sketch.Sketch.of(v).to_json(),
+        "errors": json.dumps(dict(a["errors"]), sort_keys=True),
+    }
+
+
+def merge_row(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """One row holding the samples of two rows of the same key and metric."""
+
+    def pick(f: Any, *vs: Any) -> Any:
+        vs = [v for v in vs if v is not None and not _nan(v)]
+        return f(vs) if vs else None
+
+    errors = Counter(json.loads(old["errors"] or "{}")) + Counter(json.loads(new["errors"]))
+    merged = sketch.Sketch.from_json(old["sketch"]).merge(sketch.Sketch.from_json(new["sketch"]))
+    return {
+        **new,
+        "runs": int(old["runs"]) + int(new["runs"]),
+        "n": int(old["n"]) + int(new["n"]),
+        "sum": float(old["sum"] or 0) + float(new["sum"] or 0),
+        "sumsq": float(old["sumsq"] or 0) + float(new["sumsq"] or 0),
+        "min": pick(min, old["min"], new["min"]),
+        "max": pick(max, old["max"], new["max"]),
+        "res_max": pick(max, old["res_max"], new["res_max"]),
+        "last_started_at": pick(max, old["last_started_at"], new["last_started_at"]),
+        "sketch": merged.to_json(),
+        "errors": json.dumps(dict(errors), sort_keys=True),
+    }
+
+
+def merge_sketches(texts: Sequence[str]) -> sketch.Sketch:
+    """The merge of many sketches (JSON) at once: what merging them one by one gives (exact
+    while their total is at most `EXACT_LIMIT`), in one parse and one vectorised bucketing, so
+    a window of thousands of hourly rows merges in milliseconds."""
+    parsed = json.loads("[" + ",".join(t or "{}" for t in texts) + "]")
+    exact: list[float] = []
+    counts: Counter[int] = Counter()
+    zeros = 0
+    bucketed = False
+    for data in parsed:
+        if "v" in data:
+            exact.extend(data["v"])
+            continue
+        zeros += int(data.pop("z", 0))
+        if data or zeros:
+            bucketed = True
+        counts.update({int(k): int(v) for k, v in data.items()})
+    if not bucketed and len(exact) <= sketch.EXACT_LIMIT:
+        return sketch.Sketch(values=exact)
+    arr = np.asarray(exact, dtype=float)
+    positive = arr[arr > 0]
+    zeros += int(arr.size - positive.size)
+    if positive.size:
+        idx, n = np.unique(np.ceil(np.log(positive) / math.log(sketch.GAMMA)), return_counts=True)
+        counts.update({int(i): int(c) for i, c in zip(idx, n, strict=True)})
+    return sketch.Sketch(counts, zeros)
+
+
+def label(rows: pd.DataFrame, floor: str | None) -> pd.DataFrame:
+    """`rows` with the pages' `series` (a toolchain other than the floor's marked, as
+    `stats.add_series` does), `workload` and `comparable` columns."""
+    if rows.empty:
+        return rows.assign(series=[], workload=[], comparable=[])
+    frame = rows.copy()
+    frame["toolchain"] = frame["toolchain"].replace("", None)
+    return stats.add_series(frame, floor)
+
+
+def combine(rows: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Rows merged over everything but `by` (which must include ``metric``): runs, attempts
+    (runs but rtax's own failures), ok (successful runs), harness_errors, n, sum, sumsq, min,
+    max, res_max, last_started_at, errors (a Counter) and the merged `sketch`."""
+    columns = [*by, "runs", "attempts", "ok", "harness_errors", "n", "sum", "sumsq"]
+    columns += ["min", "max", "res_max", "last_started_at", "errors", "sketch"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for key, group in rows.groupby(list(by), sort=True, dropna=False):
+        errors: Counter[str] = Counter()
+        for text in group["errors"]:
+            errors.update(json.loads(text or "{}"))
+        runs = int(group["runs"].sum())
+        harness = errors.get(stats.HARNESS_ERROR, 0)
+        out.append(
+            {
+                **dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
+                "runs": runs,
+                "attempts": runs - harness,
+                "ok": runs - sum(errors.values()),
+                "harness_errors": harness,
+                "n": int(group["n"].sum()),
+                "sum": float(group["sum"].sum()),
+                "sumsq": float(group["sumsq"].fillna(0).sum()),
+                "min": group["min"].min(),
+                "max": group["max"].max(),
+                "res_max": group["res_max"].max(),
+                "last_started_at": group["last_started_at"].max(),
+                "errors": errors,
+                "sketch": merge_sketches(list(group["sketch"])),
+            }
+        )
+    return pd.DataFrame(out, columns=columns)
+
+
+def latency(
+    rows: pd.DataFrame, metric: str, by: Sequence[str], quantiles: Sequence[float] = (50, 95)
+) -> pd.DataFrame:
+    """`stats.latency_table` from summary rows: per group runs (attempts), n, success rate,
+    mean, percentiles, harness errors, and the coarsest resolution (`res_max`)."""
+    qs = [f"p{q:g}" for q in quantiles]
+    columns = [*by, "runs", "n", "success_rate", "mean", *qs, "harness_errors", "res_max"]
+    picked = rows[rows["metric"] == metric] if not rows.empty else rows
+    merged = combine(picked, [*by, "metric"])
+    if merged.empty:
+        return pd.DataFrame(columns=columns)
+    out = merged[list(by)].copy()
+    out["runs"] = merged["attempts"]
+    out["n"] = merged["n"]
+    pairs = zip(merged["ok"], merged["attempts"], strict=True)
+    out["success_rate"] = [o / a if a else math.nan for o, a in pairs]
+    sums = zip(merged["sum"], merged["n"], strict=True)
+    out["mean"] = [s / n if n else math.nan for s, n in sums]
+    for q, name in zip(quantiles, qs, strict=True):
+        out[name] = [s.quantile(q) for s in merged["sketch"]]
+    out["harness_errors"] = merged["harness_errors"]
+    out["res_max"] = merged["res_max"].astype(float)
+    return out[columns].reset_index(drop=True)
