@@ -155,13 +155,18 @@ def _v7(db: sqlite_utils.Database) -> None:
     db.execute(
         "CREATE TABLE [summaries] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
         "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
-        "[toolchain] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[toolchain] TEXT NOT NULL, [bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, "
+        "[metric] TEXT NOT NULL, "
         "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [sumsq] REAL, [min] REAL, "
         "[max] REAL, [res_max] REAL, [last_started_at] TEXT, [sketch] TEXT, [errors] TEXT, "
         "PRIMARY KEY ([substrate], [mode], [fidelity], [tier], [steps], [toolchain], "
-        "[bucket_start], [metric]))"
+        "[bucket], [bucket_start], [metric]))"
     )
-    db.execute("CREATE INDEX [idx_summaries_bucket] ON [summaries] ([metric], [bucket_start])")
+    db.execute(
+        "CREATE INDEX [idx_summaries_bucket] ON [summaries] ([metric], [bucket], [bucket_start])"
+    )
+    # The floor's toolchain (the newest successful real local run) without a scan of runs.
+    db["runs"].create_index(["kind", "fidelity", "status", "started_at"], if_not_exists=True)
     build_summaries(db)
 
 
@@ -195,18 +200,22 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
     rolled = []
     for values in cursor.fetchall():
         r = dict(zip(names, values, strict=True))
-        rolled.append(
-            {
-                **{k: r[k] for k in ("substrate", "kind", "mode", "fidelity", "tier", "steps")},
-                "toolchain": "",
-                "bucket_start": r["bucket_start"],
-                "metric": r["metric"],
-                **{k: r[k] for k in ("runs", "n", "sum", "min", "max", "sketch", "errors")},
-                "sumsq": None,
-                "res_max": None,
-                "last_started_at": r["bucket_start"],
-            }
-        )
+        for bucket in summaries.BUCKETS:  # a day's rollup lands at its day's start in both
+            start = r["bucket_start"] if bucket == r["bucket"] else None
+            rolled.append(
+                {
+                    **{k: r[k] for k in ("substrate", "kind", "mode", "fidelity", "tier")},
+                    "steps": r["steps"],
+                    "toolchain": "",
+                    "bucket": bucket,
+                    "bucket_start": start or summaries.start_of(r["bucket_start"], "day"),
+                    "metric": r["metric"],
+                    **{k: r[k] for k in ("runs", "n", "sum", "min", "max", "sketch", "errors")},
+                    "sumsq": None,
+                    "res_max": None,
+                    "last_started_at": r["bucket_start"],
+                }
+            )
     add(rolled)
     columns = summaries.COLUMNS
     conn.executemany(

@@ -216,31 +216,41 @@ class Store:
         self, *, metrics: Sequence[str] | None = None, since: str | None = None, **filters: Any
     ) -> pd.DataFrame:
         """Summary rows (rtax.summaries) for the filters and a window from `since` (all time if
-        None). Whole hours come from the table; the part of the window before its first whole
-        hour is summarized from the raw runs started in it (an indexed slice of at most an
-        hour), so the answer covers exactly the window where raw samples remain. Folded
-        history counts by bucket start, as `rtax.retention.window` does."""
+        None): whole days from the day rows, the whole hours before the first whole day from
+        the hour rows, and the part before the first whole hour summarized from the raw runs
+        started in it (an indexed slice of at most an hour), so the answer covers exactly the
+        window where raw samples remain. Folded history counts by bucket start, as
+        `rtax.retention.window` does."""
         where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-        clauses = [where.removeprefix("WHERE ")] if where else []
+        base = [where.removeprefix("WHERE ")] if where else []
         if metrics is not None:
-            clauses.append(f"metric IN ({', '.join('?' for _ in metrics)})")
+            base.append(f"metric IN ({', '.join('?' for _ in metrics)})")
             params.extend(metrics)
-        edge = None
-        if since is not None:
-            edge = summaries.next_hour(str(since))
-            clauses.append("bucket_start >= ?")
-            params.append(edge)
-        sql = "SELECT * FROM summaries" + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
-        frame = self._frame(sql, params)
-        if edge is not None and edge != since:
-            runs = self.runs(since=since, until=edge, **filters)
+        day = summaries.next_start(str(since), "day") if since is not None else None
+        hour = summaries.next_start(str(since), "hour") if since is not None else None
+        parts = [("day", day, None)]
+        if since is not None and hour < day:
+            parts.append(("hour", hour, day))
+        frames = []
+        for bucket, start, end in parts:
+            clauses = [*base, "bucket = ?"]
+            extra: list[Any] = [bucket]
+            for clause, value in (("bucket_start >= ?", start), ("bucket_start < ?", end)):
+                if value is not None:
+                    clauses.append(clause)
+                    extra.append(value)
+            sql = f"SELECT * FROM summaries WHERE {' AND '.join(clauses)}"
+            frames.append(self._frame(sql, [*params, *extra]))
+        if since is not None and str(since) < hour:
+            runs = self.runs(since=since, until=hour, **filters)
             counts = self._action_rows(list(runs["run_id"])) if not runs.empty else {}
-            rows = summaries.rows_of(runs.to_dict("records"), counts)
+            rows = summaries.rows_of(runs.to_dict("records"), counts, buckets=("hour",))
             rows = [r for r in rows if metrics is None or r["metric"] in metrics]
-            if rows:
-                extra = pd.DataFrame(rows, columns=list(summaries.COLUMNS))
-                frame = extra if frame.empty else pd.concat([frame, extra], ignore_index=True)
-        return frame
+            frames.append(pd.DataFrame(rows, columns=list(summaries.COLUMNS)))
+        frames = [f for f in frames if not f.empty]
+        if not frames:
+            return pd.DataFrame(columns=list(summaries.COLUMNS))
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
     def _action_rows(self, run_ids: Sequence[str]) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -256,8 +266,11 @@ class Store:
         dashboard's filters), from the summaries: no scan of runs."""
         out = {}
         for column in ("substrate", "tier", "steps", "fidelity", "mode"):
-            sql = f"SELECT DISTINCT [{column}] FROM summaries WHERE metric = ? ORDER BY 1"
-            rows = self.db.execute(sql, ["wall_s"]).fetchall()  # every run has one
+            sql = (
+                f"SELECT DISTINCT [{column}] FROM summaries WHERE metric = ? AND bucket = ? "
+                "ORDER BY 1"
+            )
+            rows = self.db.execute(sql, ["wall_s", "day"]).fetchall()  # every run has one
             out[column] = [r[0] for r in rows if r[0] is not None]
         return out
 
@@ -530,8 +543,8 @@ _ACTION_CONTEXT = ", ".join(
     f"r.{column}" if column == name else f"r.{column} AS {name}" for column, name in ACTION_CONTEXT
 )
 
-_SUMMARY_PK = ("substrate", "mode", "fidelity", "tier", "steps", "toolchain", "bucket_start")
-_SUMMARY_PK = (*_SUMMARY_PK, "metric")
+_SUMMARY_PK = ("substrate", "mode", "fidelity", "tier", "steps", "toolchain", "bucket")
+_SUMMARY_PK = (*_SUMMARY_PK, "bucket_start", "metric")
 
 _RUN_FILTERS = frozenset(
     {"substrate", "kind", "mode", "tier", "steps", "fidelity", "status", "run_id"}

@@ -34,7 +34,13 @@ from rtax import sketch, stats
 from rtax.record import METRIC_COLUMNS, METRIC_PHASES, PHASE_COLUMNS
 
 #: What a summary row is keyed by, besides its metric (the table's primary key with it).
-KEY = ("substrate", "kind", "mode", "fidelity", "tier", "steps", "toolchain", "bucket_start")
+KEY = (
+    *("substrate", "kind", "mode", "fidelity", "tier", "steps", "toolchain"),
+    *("bucket", "bucket_start"),
+)
+#: Every run is summarized twice: per hour (a window's edges) and per day (its whole days),
+#: so that a week's window merges a few rows per series, not hundreds.
+BUCKETS = ("hour", "day")
 RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
 ACTION_ROWS = "action_rows"
 MILESTONE = "milestone:"
@@ -55,18 +61,23 @@ COLUMNS = (
 )
 
 
-def hour_of(started_at: str) -> str:
-    """The start of the UTC hour `started_at` falls in, as an ISO string (the bucket)."""
+def start_of(started_at: str, bucket: str = "hour") -> str:
+    """The start of the UTC hour (or day) `started_at` falls in, as an ISO string."""
     stamp = datetime.fromisoformat(started_at).astimezone(UTC)
-    return stamp.replace(minute=0, second=0, microsecond=0).isoformat(timespec="microseconds")
+    stamp = stamp.replace(minute=0, second=0, microsecond=0)
+    if bucket == "day":
+        stamp = stamp.replace(hour=0)
+    return stamp.isoformat(timespec="microseconds")
 
 
-def next_hour(since: str) -> str:
-    """The first bucket start at or after `since`: buckets from it lie wholly in the window."""
-    start = hour_of(since)
+def next_start(since: str, bucket: str = "hour") -> str:
+    """The first hour (or day) start at or after `since`: buckets from it lie wholly in a
+    window that starts at `since`."""
+    start = start_of(since, bucket)
     if start == datetime.fromisoformat(since).astimezone(UTC).isoformat(timespec="microseconds"):
         return start
-    return (datetime.fromisoformat(start) + timedelta(hours=1)).isoformat(timespec="microseconds")
+    step = timedelta(days=1) if bucket == "day" else timedelta(hours=1)
+    return (datetime.fromisoformat(start) + step).isoformat(timespec="microseconds")
 
 
 def _resolution(run: Mapping[str, Any], metric: str) -> float | None:
@@ -93,50 +104,65 @@ def _milestones(run: Mapping[str, Any]) -> dict[str, list[float]]:
 
 
 def rows_of(
-    runs: Iterable[Mapping[str, Any]], action_rows: Mapping[str, int] | None = None
+    runs: Iterable[Mapping[str, Any]],
+    action_rows: Mapping[str, int] | None = None,
+    buckets: Sequence[str] = BUCKETS,
 ) -> list[dict[str, Any]]:
-    """Summary rows of `runs` (run rows as dicts, store columns), one per key and metric.
-    `action_rows`: run_id -> its number of action rows (0 where missing)."""
+    """Summary rows of `runs` (run rows as dicts, store columns), one per key and metric, per
+    hour and per day (`buckets`). `action_rows`: run_id -> its number of action rows (0 where
+    missing)."""
     acc: dict[tuple, dict[str, Any]] = {}
     for run in runs:
-        key = (
-            run["substrate"],
-            run.get("kind"),
-            run.get("mode") or "exec",
-            run.get("fidelity") or "real",
-            run["tier"],
-            int(run.get("steps") or 0),
-            run.get("toolchain") or "",
-            hour_of(run["started_at"]),
-        )
-        ok = run.get("status") == "ok"
-        error = None if ok else (run.get("error_class") or "unknown")
-        values: dict[str, list[float]] = {}
-        if ok:
-            for metric in RUN_METRICS:
-                v = run.get(metric)
-                values[metric] = [] if v is None or _nan(v) else [float(v)]
-            values.update(_milestones(run))
-        values[ACTION_ROWS] = [float((action_rows or {}).get(run.get("run_id"), 0))]
-        for metric in dict.fromkeys((*RUN_METRICS, ACTION_ROWS, *values)):
-            a = acc.get((*key, metric))
-            if a is None:
-                a = acc[(*key, metric)] = {
-                    "runs": 0,
-                    "errors": Counter(),
-                    "values": [],
-                    "res": None,
-                    "last": run["started_at"],
-                }
-            a["runs"] += 1
-            if error:
-                a["errors"][error] += 1
-            a["values"].extend(values.get(metric, []))
-            a["last"] = max(a["last"], run["started_at"])
-            res = _resolution(run, metric) if ok and metric in RUN_METRICS else None
-            if res is not None:
-                a["res"] = res if a["res"] is None else max(a["res"], res)
+        for bucket in buckets:
+            _add(acc, run, bucket, action_rows)
     return [_row(key, a) for key, a in acc.items()]
+
+
+def _add(
+    acc: dict[tuple, dict[str, Any]],
+    run: Mapping[str, Any],
+    bucket: str,
+    action_rows: Mapping[str, int] | None,
+) -> None:
+    """Add one run to the accumulators of its `bucket`."""
+    key = (
+        run["substrate"],
+        run.get("kind"),
+        run.get("mode") or "exec",
+        run.get("fidelity") or "real",
+        run["tier"],
+        int(run.get("steps") or 0),
+        run.get("toolchain") or "",
+        bucket,
+        start_of(run["started_at"], bucket),
+    )
+    ok = run.get("status") == "ok"
+    error = None if ok else (run.get("error_class") or "unknown")
+    values: dict[str, list[float]] = {}
+    if ok:
+        for metric in RUN_METRICS:
+            v = run.get(metric)
+            values[metric] = [] if v is None or _nan(v) else [float(v)]
+        values.update(_milestones(run))
+    values[ACTION_ROWS] = [float((action_rows or {}).get(run.get("run_id"), 0))]
+    for metric in dict.fromkeys((*RUN_METRICS, ACTION_ROWS, *values)):
+        a = acc.get((*key, metric))
+        if a is None:
+            a = acc[(*key, metric)] = {
+                "runs": 0,
+                "errors": Counter(),
+                "values": [],
+                "res": None,
+                "last": run["started_at"],
+            }
+        a["runs"] += 1
+        if error:
+            a["errors"][error] += 1
+        a["values"].extend(values.get(metric, []))
+        a["last"] = max(a["last"], run["started_at"])
+        res = _resolution(run, metric) if ok and metric in RUN_METRICS else None
+        if res is not None:
+            a["res"] = res if a["res"] is None else max(a["res"], res)
 
 
 def _row(key: tuple, a: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ SERIES = (
 
 
 def _records():
-    """Runs spread over six hours (so rows merge across buckets), 5 % failed, a few harness
+    """Runs spread over 30 hours (so rows merge across hours and days), 5 % failed, a few harness
     errors (never a substrate's), milestones and resolutions."""
     rng = np.random.default_rng(7)
     i = 0
@@ -47,7 +47,7 @@ def _records():
             draw = rng.random()
             failed = draw < 0.05
             harness = 0.05 <= draw < 0.07
-            started = BASE + timedelta(seconds=float(rng.uniform(0, 6 * 3600)))
+            started = BASE + timedelta(seconds=float(rng.uniform(0, 30 * 3600)))
             yield make_record(
                 f"r{i:04d}",
                 phases=("ready", *("action",) * int(rng.integers(1, 4))),
@@ -199,9 +199,9 @@ def test_rebuild_equals_the_rows_kept_as_data_arrived(db: Path, tmp_path: Path) 
     path = tmp_path / "copy.db"
     path.write_bytes(db.read_bytes())
     with Store(path) as store:
-        kept = store.summaries().sort_values(list(summaries.COLUMNS[:9])).reset_index(drop=True)
+        kept = store.summaries().sort_values(list(summaries.COLUMNS[:10])).reset_index(drop=True)
         store.rebuild_summaries()
-        rebuilt = store.summaries().sort_values(list(summaries.COLUMNS[:9]))
+        rebuilt = store.summaries().sort_values(list(summaries.COLUMNS[:10]))
     rebuilt = rebuilt.reset_index(drop=True)
     exact = [c for c in summaries.COLUMNS if c not in ("sum", "sumsq")]
     pd.testing.assert_frame_equal(rebuilt[exact], kept[exact])
@@ -246,7 +246,10 @@ def test_merging_buckets_equals_the_whole(values: list[float], hours: list[int])
         runs.append({"run_id": f"r{i}", "substrate": "local", "tier": "T0", "status": "ok",
                      "started_at": start.isoformat(), "episode_s": v})  # fmt: skip
     rows = pd.DataFrame(summaries.rows_of(runs))
-    rows = rows[rows["metric"] == "episode_s"]
+    days = rows[(rows["metric"] == "episode_s") & (rows["bucket"] == "day")]
+    rows = rows[(rows["metric"] == "episode_s") & (rows["bucket"] == "hour")]
+    assert len(days) == 1  # every hour is in one day: its day row is the whole too
+    day = summaries.combine(days, ["metric"]).iloc[0]
     merged = summaries.combine(rows, ["metric"]).iloc[0]
     whole = sketch.Sketch.of(values)
     assert merged["n"] == len(values) and merged["runs"] == len(values)
@@ -254,6 +257,7 @@ def test_merging_buckets_equals_the_whole(values: list[float], hours: list[int])
     assert merged["sketch"].exact == whole.exact
     for q in (0, 5, 50, 95, 99, 100):
         assert merged["sketch"].quantile(q) == whole.quantile(q)
+        assert day["sketch"].quantile(q) == whole.quantile(q)
     one_by_one = rows.to_dict("records")
     acc = one_by_one[0]
     for row in one_by_one[1:]:
