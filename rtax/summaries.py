@@ -113,18 +113,38 @@ def rows_of(
     missing)."""
     acc: dict[tuple, dict[str, Any]] = {}
     for run in runs:
+        samples = _samples(run, action_rows)
         for bucket in buckets:
-            _add(acc, run, bucket, action_rows)
+            _add(acc, run, bucket, samples)
     return [_row(key, a) for key, a in acc.items()]
+
+
+def _samples(
+    run: Mapping[str, Any], action_rows: Mapping[str, int] | None
+) -> dict[str, tuple[list[float], float | None]]:
+    """metric -> (the run's samples of it, its resolution): empty for a failed run, whose
+    latencies never count, except its action-row count."""
+    out: dict[str, tuple[list[float], float | None]] = {}
+    ok = run.get("status") == "ok"
+    for metric in RUN_METRICS:
+        v = run.get(metric) if ok else None
+        out[metric] = (
+            [] if v is None or _nan(v) else [float(v)],
+            _resolution(run, metric) if ok else None,
+        )
+    if ok:
+        out.update({k: (v, None) for k, v in _milestones(run).items()})
+    out[ACTION_ROWS] = ([float((action_rows or {}).get(run.get("run_id"), 0))], None)
+    return out
 
 
 def _add(
     acc: dict[tuple, dict[str, Any]],
     run: Mapping[str, Any],
     bucket: str,
-    action_rows: Mapping[str, int] | None,
+    samples: dict[str, tuple[list[float], float | None]],
 ) -> None:
-    """Add one run to the accumulators of its `bucket`."""
+    """Add one run's `samples` to the accumulators of its `bucket`."""
     key = (
         run["substrate"],
         run.get("kind"),
@@ -136,16 +156,9 @@ def _add(
         bucket,
         start_of(run["started_at"], bucket),
     )
-    ok = run.get("status") == "ok"
-    error = None if ok else (run.get("error_class") or "unknown")
-    values: dict[str, list[float]] = {}
-    if ok:
-        for metric in RUN_METRICS:
-            v = run.get(metric)
-            values[metric] = [] if v is None or _nan(v) else [float(v)]
-        values.update(_milestones(run))
-    values[ACTION_ROWS] = [float((action_rows or {}).get(run.get("run_id"), 0))]
-    for metric in dict.fromkeys((*RUN_METRICS, ACTION_ROWS, *values)):
+    error = None if run.get("status") == "ok" else (run.get("error_class") or "unknown")
+    started = run["started_at"]
+    for metric, (values, res) in samples.items():
         a = acc.get((*key, metric))
         if a is None:
             a = acc[(*key, metric)] = {
@@ -153,14 +166,14 @@ def _add(
                 "errors": Counter(),
                 "values": [],
                 "res": None,
-                "last": run["started_at"],
+                "last": started,
             }
         a["runs"] += 1
         if error:
             a["errors"][error] += 1
-        a["values"].extend(values.get(metric, []))
-        a["last"] = max(a["last"], run["started_at"])
-        res = _resolution(run, metric) if ok and metric in RUN_METRICS else None
+        a["values"].extend(values)
+        if started > a["last"]:
+            a["last"] = started
         if res is not None:
             a["res"] = res if a["res"] is None else max(a["res"], res)
 

@@ -263,3 +263,40 @@ def test_merging_buckets_equals_the_whole(values: list[float], hours: list[int])
     for row in one_by_one[1:]:
         acc = summaries.merge_row(acc, {**row, "bucket_start": acc["bucket_start"]})
     assert sketch.Sketch.from_json(acc["sketch"]).quantile(95) == whole.quantile(95)
+
+
+def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
+    """Every statement a page runs reads runs only through a LIMIT or a started_at lower bound
+    (an indexed slice), and actions only through a LIMIT or a list of run ids: the first paint
+    never scans the whole of either table (issue 13: fast at scale)."""
+    import sqlite3
+
+    import streamlit as streamlit
+    from streamlit.testing.v1 import AppTest
+
+    import rtax.store
+
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(rtax.store.sqlite3, "connect", traced)
+    monkeypatch.setenv("RTAX_DB", str(db))
+    app = str(Path(__file__).resolve().parent.parent / "app.py")
+    for page in ("overview", "cold_start", "decomposition", "amortization", "projection", "data"):
+        streamlit.cache_data.clear()
+        at = AppTest.from_file(app, default_timeout=60)
+        at.run()
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+    reads = [" ".join(s.split()) for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert any("FROM summaries" in s for s in reads)
+    for sql in reads:
+        if "FROM runs" in sql or "JOIN runs" in sql:
+            assert "LIMIT" in sql or "started_at >= " in sql, sql
+        if "FROM actions" in sql or "JOIN actions" in sql:
+            assert "LIMIT" in sql or "run_id IN (" in sql, sql

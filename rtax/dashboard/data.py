@@ -172,27 +172,6 @@ def options(db: str) -> dict[str, list[Any]]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def milestones(db: str, key: FilterKey) -> pd.DataFrame:
-    """Mean native milestone offsets per series and tier (successful runs)."""
-    store = _open(db)
-    columns = ["substrate", "mode", "fidelity", "tier", "steps", "milestone", "mean_t_s", "n"]
-    if store is None:
-        return pd.DataFrame(columns=[*columns, "series", "workload"])
-    with store:
-        frame = store.milestone_means(**_query(key))
-    if frame.empty:
-        return pd.DataFrame(columns=[*columns, "series", "workload"])
-    frame["series"] = [
-        stats.series_label(*k)
-        for k in zip(frame["substrate"], frame["mode"], frame["fidelity"], strict=True)
-    ]
-    frame["workload"] = [
-        stats.workload_label(t, s) for t, s in zip(frame["tier"], frame["steps"], strict=True)
-    ]
-    return frame
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
 def counts(db: str, key: FilterKey) -> tuple[int, int]:
     """(runs, action rows) for the filters, from the summaries (no scan of actions); folded
     history counts its runs, and its action rows where it was summarized before folding."""
