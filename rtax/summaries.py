@@ -253,7 +253,7 @@ def label(rows: pd.DataFrame, floor: str | None) -> pd.DataFrame:
     if rows.empty:
         return rows.assign(series=[], workload=[], comparable=[])
     frame = rows.copy()
-    frame["toolchain"] = frame["toolchain"].replace("", None)
+    frame["toolchain"] = frame["toolchain"].mask(frame["toolchain"] == "")  # unknown
     return stats.add_series(frame, floor)
 
 
@@ -265,32 +265,37 @@ def combine(rows: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     columns += ["min", "max", "res_max", "last_started_at", "errors", "sketch"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
-    out = []
-    for key, group in rows.groupby(list(by), sort=True, dropna=False):
+    frame = rows[[*by, "errors", "sketch", "last_started_at"]].copy()
+    for column in ("runs", "n", "sum", "sumsq", "min", "max", "res_max"):
+        frame[column] = pd.to_numeric(rows[column], errors="coerce").astype(float)
+    # Vectorised sums and extremes; only error counts and sketches are merged in Python.
+    grouped = frame.groupby(list(by), sort=True, dropna=False)
+    out = grouped.agg(
+        runs=("runs", "sum"),
+        n=("n", "sum"),
+        sum=("sum", "sum"),
+        sumsq=("sumsq", "sum"),
+        min=("min", "min"),
+        max=("max", "max"),
+        res_max=("res_max", "max"),
+        last_started_at=("last_started_at", "max"),
+        errors=("errors", list),
+        sketch=("sketch", list),
+    ).reset_index()
+    counters = []
+    for texts in out["errors"]:
         errors: Counter[str] = Counter()
-        for text in group["errors"]:
+        for text in texts:
             errors.update(json.loads(text or "{}"))
-        runs = int(group["runs"].sum())
-        harness = errors.get(stats.HARNESS_ERROR, 0)
-        out.append(
-            {
-                **dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
-                "runs": runs,
-                "attempts": runs - harness,
-                "ok": runs - sum(errors.values()),
-                "harness_errors": harness,
-                "n": int(group["n"].sum()),
-                "sum": float(group["sum"].sum()),
-                "sumsq": float(group["sumsq"].fillna(0).sum()),
-                "min": group["min"].min(),
-                "max": group["max"].max(),
-                "res_max": group["res_max"].max(),
-                "last_started_at": group["last_started_at"].max(),
-                "errors": errors,
-                "sketch": merge_sketches(list(group["sketch"])),
-            }
-        )
-    return pd.DataFrame(out, columns=columns)
+        counters.append(errors)
+    out["runs"] = out["runs"].astype(int)
+    out["n"] = out["n"].astype(int)
+    out["errors"] = counters
+    out["harness_errors"] = [e.get(stats.HARNESS_ERROR, 0) for e in counters]
+    out["attempts"] = out["runs"] - out["harness_errors"]
+    out["ok"] = out["runs"] - [sum(e.values()) for e in counters]
+    out["sketch"] = [merge_sketches(texts) for texts in out["sketch"]]
+    return out[columns]
 
 
 def latency(
