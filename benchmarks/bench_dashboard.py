@@ -3,16 +3,20 @@
 Why AppTest: it runs a page's script exactly as the server does, without a browser, so the time
 is the server's. Every measurement starts with a cleared data cache (a cold render: the worst a
 user sees). AppTest itself costs a fixed amount per run (it scans installed packages for
-components); that cost is measured on a one-line page and printed, and the target (1.5 s) is
+components); that cost is measured on a one-line page and printed, and the target (1.0 s) is
 checked against the raw time, harness included. The large database is synthetic
 (`benchmarks/synthetic.py`: 100,000 runs, ~2.3 M actions, marked synthetic and `modelled`),
-made in a temporary folder and never in data/.
+made in a temporary folder and never in data/. Its copy "folded" has had every run older than
+a day folded into rollups by retention (rtax.retention.fold): the same history, mostly rolled
+up. The three databases are rendered in turn, page by page, so that machine noise hits them
+alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -22,12 +26,15 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from rtax import retention
+from rtax.store import Store
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import generate  # a sibling script, not a package
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ("overview", "cold_start", "decomposition", "amortization", "projection", "data")
-TARGET_S = 1.5
+TARGET_S = 1.0
 
 
 def render(db: Path, page: str) -> float:
@@ -68,15 +75,30 @@ def main() -> int:
             f"rtax bench (dashboard): synthetic database of {runs:,} runs and {actions:,} "
             f"actions made in {time.perf_counter() - t0:.1f} s"
         )
+        shutil.copy(tmp / "large.db", tmp / "folded.db")
+        t0 = time.perf_counter()
+        with Store(tmp / "folded.db") as store:
+            report = retention.fold(store, older_than_days=1.0, pause_s=0.0)
+            raw_left = store.count("runs")
+        print(
+            f"  folded: {report.runs:,} runs older than a day folded into rollups "
+            f"({raw_left:,} raw runs left) in {time.perf_counter() - t0:.1f} s"
+        )
+        dbs = ("empty", "large", "folded")
         render(tmp / "empty.db", "overview")  # imports and first-run costs, not measured
         base = harness_cost(tmp)
         print(f"  AppTest's own cost per run (one-line page): {base:.2f} s, included below")
-        print(f"  {'page':<15}{'empty db':>10}{'large db':>10}   target <= {TARGET_S} s")
+        header = "".join(f"{name + ' db':>11}" for name in dbs)
+        print(f"  {'page':<15}{header}   target <= {TARGET_S} s")
         for page in PAGES:
-            empty = statistics.median(render(tmp / "empty.db", page) for _ in range(args.repeat))
-            large = statistics.median(render(tmp / "large.db", page) for _ in range(args.repeat))
-            verdict = "meets target" if max(empty, large) <= TARGET_S else "MISSES target"
-            print(f"  {page:<15}{empty:>9.2f}s{large:>9.2f}s   {verdict}")
+            times: dict[str, list[float]] = {name: [] for name in dbs}
+            for _ in range(args.repeat):
+                for name in dbs:
+                    times[name].append(render(tmp / f"{name}.db", page))
+            medians = [statistics.median(times[name]) for name in dbs]
+            verdict = "meets target" if max(medians) <= TARGET_S else "MISSES target"
+            cells = "".join(f"{m:>10.2f}s" for m in medians)
+            print(f"  {page:<15}{cells}   {verdict}")
     return 0
 
 

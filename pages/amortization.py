@@ -3,11 +3,11 @@
 import streamlit as st
 
 from rtax import projection
-from rtax.dashboard import data, figures, filters, style, tables
+from rtax.dashboard import data, figures, filters, style, summarized, tables
 
 st.title("Amortization")
 chosen = filters.current()
-runs = data.runs(data.database(), chosen.key)
+rows = data.summary(data.database(), chosen.key, ("episode_s",))
 left, right = st.columns(2)
 which = left.segmented_control(
     "Statistic of the points",
@@ -24,8 +24,8 @@ overlay = right.toggle(
     key="amort_overlay",
     help="50-action trajectory times from the study's companion write-up",
 )
-points = tables.trajectory_points(runs, which)
-fit_table = tables.fits(runs)
+points = summarized.trajectory_points(rows, which)
+fit_table = summarized.fits(rows)
 if points.empty:
     st.info(
         "No trajectory runs yet: run `rtax probe --tier T2 --steps 10` (and 50, 150) "

@@ -2,28 +2,33 @@
 
 import streamlit as st
 
-from rtax.dashboard import data, figures, filters, style, tables
+from rtax.dashboard import data, figures, filters, style, summarized, tables
 from rtax.substrates.base import FIDELITIES
 
 st.title("Cold start")
 chosen = filters.current()
-runs = data.runs(data.database(), chosen.key)
+db = data.database()
+rows = data.summary(db, chosen.key, ("episode_s",))
+sample = data.newest_runs(db, chosen.key)
 st.caption(
     "Episode time of each tier's fixed script: from the create request to the end of its last "
     "action. Successful runs only; n in every legend and table. Spreads leave out series "
-    "marked '(toolchain ≠ floor)' (they ran other programs) unless the sidebar lets them in."
+    "marked '(toolchain ≠ floor)' (they ran other programs) unless the sidebar lets them in. "
+    "Tables cover the whole window (from per-series summaries); the box plots and ECDFs draw "
+    f"the raw samples of the newest {data.DISTRIBUTION_ROWS:,} runs of the window."
 )
 log = st.toggle("Log axis", value=True, key="cold_start_log")
-fixed = runs[runs["steps"] == 0] if not runs.empty else runs
+fixed = rows[rows["steps"] == 0] if not rows.empty else rows
 if fixed.empty:
     st.info(tables.EMPTY_HINT)
 for tier in sorted(fixed["tier"].unique()):
-    tier_runs = fixed[fixed["tier"] == tier]
-    table = tables.cold_start(tier_runs)
+    tier_rows = fixed[fixed["tier"] == tier]
+    tier_runs = sample[(sample["tier"] == tier) & (sample["steps"] == 0)]
+    table = summarized.cold_start(tier_rows)
     st.subheader(f"{tier}")
     fidelities = [f for f in FIDELITIES if f in set(table["fidelity"])]
     for column, fidelity in zip(st.columns(max(len(fidelities), 1)), fidelities, strict=False):
-        comparable = tables.cold_start(filters.for_comparison(tier_runs, chosen))
+        comparable = summarized.cold_start(filters.for_comparison(tier_rows, chosen))
         ratio, fastest, slowest = tables.spread(comparable, fidelity)
         label = f"{tier} spread, {fidelity} series (p50 slowest / fastest)"
         if fastest is None:

@@ -4,8 +4,7 @@ from functools import partial
 
 import streamlit as st
 
-from rtax import stats
-from rtax.dashboard import data, filters, tables
+from rtax.dashboard import data, filters, summarized, tables
 
 st.title("Data")
 chosen = filters.current()
@@ -30,14 +29,18 @@ st.write(f"Newest {tables.PREVIEW_ROWS:,} actions:")
 st.dataframe(data.recent(db, key, "actions", tables.PREVIEW_ROWS), hide_index=True)
 
 st.subheader("Aggregated tables")
-runs = data.runs(db, key)
+st.caption(
+    "Computed from the per-series summaries of the window (docs/data.md#summaries): the "
+    "pages' own tables."
+)
+rows = data.summary(db, key)
 aggregates = {
-    "overview": tables.overview(runs),
-    "cold_start": tables.cold_start_all(runs),
-    "phase_means": stats.phase_means(runs, by=("series", "workload")),
-    "phase_percentiles": tables.phase_percentiles(runs),
-    "trajectory_points": tables.trajectory_points(runs),
-    "trajectory_fits": tables.fits(runs),
+    "overview": summarized.overview(rows),
+    "cold_start": summarized.cold_start_all(rows),
+    "phase_means": summarized.phase_means(rows),
+    "phase_percentiles": summarized.phase_percentiles(rows),
+    "trajectory_points": summarized.trajectory_points(rows),
+    "trajectory_fits": summarized.fits(rows),
 }
 for name, frame in aggregates.items():
     st.download_button(

@@ -2,22 +2,22 @@
 
 import streamlit as st
 
-from rtax import stats
-from rtax.dashboard import data, figures, filters, style, tables
+from rtax.dashboard import data, figures, filters, style, summarized, tables
 
 st.title("Decomposition")
 chosen = filters.current()
 db = data.database()
-runs = data.runs(db, chosen.key)
-if runs.empty:
+rows = data.summary(db, chosen.key)
+if rows.empty:
     st.info(tables.EMPTY_HINT)
     st.stop()
-means = stats.phase_means(runs, by=("series", "workload"))
+means = summarized.phase_means(rows)
 st.caption(
     "Bars are **means** of successful runs, stacked: means add up to the mean wall time, "
     "percentiles don't. Overhead is the harness's own time between phases. Hover for n and "
     "the substrate's native milestones."
 )
-st.plotly_chart(figures.decomposition(means, data.milestones(db, chosen.key)), key="decomposition")
+milestones = summarized.milestones(rows)
+st.plotly_chart(figures.decomposition(means, milestones), key="decomposition")
 st.subheader("Per-phase percentiles")
-style.table(tables.phase_percentiles(runs))
+style.table(summarized.phase_percentiles(rows))

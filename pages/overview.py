@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from rtax.dashboard import data, filters, style, tables
+from rtax.dashboard import data, filters, style, summarized, tables
 from rtax.sketch import EXACT_LIMIT
 
 st.title("Overview")
@@ -12,35 +12,35 @@ db = data.database()
 
 @st.fragment(run_every=data.TTL_S)
 def live() -> None:
-    runs = data.runs(db, chosen.key)
-    history = data.history(db, chosen.key)
-    if runs.empty and history.empty:
+    rows = data.summary(db, chosen.key, summarized.OVERVIEW_METRICS)
+    if rows.empty:
         st.info(tables.EMPTY_HINT)
         return
-    if not runs.empty:
-        ok = int((runs["status"] == "ok").sum())
-        st.caption(
-            f"{len(runs)} runs ({ok} successful) for: {chosen.describe()}. Percentiles are "
-            f"over successful runs only, with their n; the success rate counts every run "
-            f"the substrate answers for: harness errors (rtax's own failures) are counted "
-            f"apart and never lower it. A `res` column gives the polling resolution (the "
-            f"coarsest poll interval at which a sample's events were seen) wherever it exceeds "
-            f"5 % of the p50 beside it; blank: finer, or nothing polled. "
-            f"Refreshes every {data.TTL_S} s."
+    runs, ok = summarized.totals(rows)
+    st.caption(
+        f"{runs} runs ({ok} successful) for: {chosen.describe()}. Percentiles are "
+        f"over successful runs only, with their n; the success rate counts every run "
+        f"the substrate answers for: harness errors (rtax's own failures) are counted "
+        f"apart and never lower it. A `res` column gives the polling resolution (the "
+        f"coarsest poll interval at which a sample's events were seen) wherever it exceeds "
+        f"5 % of the p50 beside it; blank: finer, or nothing polled. "
+        f"Refreshes every {data.TTL_S} s."
+    )
+    style.table(summarized.overview(rows))
+    note = tables.fidelity_note(rows["fidelity"].dropna())
+    if note:
+        st.caption(note)
+    st.caption(
+        "Read from per-series hourly summaries kept as data arrives (docs/data.md#summaries), "
+        "with the same percentile rule as raw samples (linear interpolation): exactly the raw "
+        f"answer up to {EXACT_LIMIT} samples per row, within 1% beyond."
+        + (
+            " Includes rolled-up history: raw samples past the retention age folded into "
+            "rollups (docs/configuration.md#retention), counted by the hour they started in."
+            if data.has_rollups(db, chosen.key)
+            else ""
         )
-        style.table(tables.overview(runs))
-        note = tables.fidelity_note(runs["fidelity"].dropna())
-        if note:
-            st.caption(note)
-    if not history.empty:
-        st.subheader("Including rolled-up history")
-        st.caption(
-            "Raw samples past the retention age are folded into hourly/daily rollups with "
-            "quantile sketches; these percentiles merge both with the same rule as the table "
-            f"above (linear interpolation): exactly the raw answer up to {EXACT_LIMIT} samples "
-            "per row, within 1% beyond (docs/configuration.md#retention)."
-        )
-        style.table(history)
+    )
 
 
 @st.fragment(run_every=data.TTL_S)

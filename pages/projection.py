@@ -5,12 +5,13 @@ import math
 import streamlit as st
 
 from rtax import projection, reference
-from rtax.dashboard import data, figures, filters, style, tables
+from rtax.dashboard import data, figures, filters, style, summarized, tables
 from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
 chosen = filters.current()
-runs = filters.for_comparison(data.runs(data.database(), chosen.key), chosen)
+rows = data.summary(data.database(), chosen.key, ("episode_s",))
+rows = filters.for_comparison(rows, chosen)
 
 st.caption(
     "Only series that ran the local floor's workload toolchain are projected (series marked "
@@ -43,7 +44,7 @@ else:
         "is N × mean (choose “mean (total)”)."
     )
 
-found, lacking = projection.estimates(runs, int(steps), which, by="series")
+found, lacking = summarized.estimates(rows, int(steps), which)
 if found:
     with st.expander("Price per worker-hour (optional)"):
         prices = {
@@ -53,7 +54,7 @@ if found:
             for name in found
         }
     prices = {k: v for k, v in prices.items() if v > 0}
-    fidelity_of = runs.drop_duplicates("series").set_index("series")["fidelity"].to_dict()
+    fidelity_of = rows.drop_duplicates("series").set_index("series")["fidelity"].to_dict()
     # One table per fidelity: extra hours and spreads across real and emulated series would
     # compare a measurement with an emulation.
     for fidelity in FIDELITIES:

@@ -197,6 +197,85 @@ def _v7(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX [idx_incidents_key] ON [incidents] ([series], [metric], [rule])")
 
 
+def _v8(db: sqlite_utils.Database) -> None:
+    """Per-series hourly summaries (rtax.summaries, docs/data.md#summaries), built here from the
+    raw runs and the rollups the file already holds, so an upgraded file pages as fast as a new
+    one."""
+    db.execute(
+        "CREATE TABLE [summaries] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
+        "[toolchain] TEXT NOT NULL, [bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, "
+        "[metric] TEXT NOT NULL, "
+        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [sumsq] REAL, [min] REAL, "
+        "[max] REAL, [res_max] REAL, [last_started_at] TEXT, [sketch] TEXT, [errors] TEXT, "
+        "PRIMARY KEY ([substrate], [mode], [fidelity], [tier], [steps], [toolchain], "
+        "[bucket], [bucket_start], [metric]))"
+    )
+    db.execute(
+        "CREATE INDEX [idx_summaries_bucket] ON [summaries] ([metric], [bucket], [bucket_start])"
+    )
+    # The floor's toolchain (the newest successful real local run) without a scan of runs.
+    db["runs"].create_index(["kind", "fidelity", "status", "started_at"], if_not_exists=True)
+    build_summaries(db)
+
+
+def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
+    """(Re)write every summary row from the raw runs (with their action-row counts) and the
+    rollups of folded history; return the number of rows. Used by `_v8` and by
+    `Store.rebuild_summaries` (repair). Folded history keeps what its rollups kept: no
+    toolchain (unknown), milestones, sums of squares, resolution or action-row counts."""
+    from rtax import summaries
+
+    conn = db.conn
+    conn.execute("DELETE FROM summaries")
+    action_rows = dict(conn.execute("SELECT run_id, count(*) FROM actions GROUP BY run_id"))
+    merged: dict[tuple, dict] = {}
+
+    def add(rows: list[dict]) -> None:
+        for row in rows:
+            key = tuple(row[k] for k in (*summaries.KEY, "metric") if k != "kind")
+            old = merged.get(key)
+            merged[key] = summaries.merge_row(old, row) if old else row
+
+    # A run with no start time (only hand-made rows lack one) falls in no bucket, as it falls
+    # in no time window of the raw rows either.
+    cursor = conn.execute("SELECT * FROM runs WHERE started_at IS NOT NULL ORDER BY started_at")
+    names = [d[0] for d in cursor.description]
+    while chunk := cursor.fetchmany(chunk_runs):
+        add(summaries.rows_of((dict(zip(names, r, strict=True)) for r in chunk), action_rows))
+    marks = ", ".join("?" for _ in summaries.RUN_METRICS)
+    cursor = conn.execute(
+        f"SELECT * FROM rollups WHERE metric IN ({marks})", list(summaries.RUN_METRICS)
+    )
+    names = [d[0] for d in cursor.description]
+    rolled = []
+    for values in cursor.fetchall():
+        r = dict(zip(names, values, strict=True))
+        for bucket in summaries.BUCKETS:  # a day's rollup lands at its day's start in both
+            start = r["bucket_start"] if bucket == r["bucket"] else None
+            rolled.append(
+                {
+                    **{k: r[k] for k in ("substrate", "kind", "mode", "fidelity", "tier")},
+                    "steps": r["steps"],
+                    "toolchain": "",
+                    "bucket": bucket,
+                    "bucket_start": start or summaries.start_of(r["bucket_start"], "day"),
+                    "metric": r["metric"],
+                    **{k: r[k] for k in ("runs", "n", "sum", "min", "max", "sketch", "errors")},
+                    "sumsq": None,
+                    "res_max": None,
+                    "last_started_at": r["bucket_start"],
+                }
+            )
+    add(rolled)
+    columns = summaries.COLUMNS
+    conn.executemany(
+        f"INSERT INTO summaries ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+        ([row.get(c) for c in columns] for row in merged.values()),
+    )
+    return len(merged)
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -206,5 +285,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (5, _v5),
     (6, _v6),
     (7, _v7),
+    (8, _v8),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -81,19 +81,30 @@ def estimates(
 
     `which` is the mean by default: seconds x count is then the total. With p50 or p95 the
     basis says "what-if", so a table never passes one off as a total."""
-    found: dict[str, Estimate] = {}
-    lacking: dict[str, str] = {}
     if runs.empty:
-        return found, lacking
+        return {}, {}
+    per_name: dict[str, tuple[dict[int, float], dict[int, int]]] = {}
     for name in sorted(runs[by].unique()):
         group = successful(runs[runs[by] == name])
-        group = group[group["steps"] > 0]
-        if group.empty:
+        per_length = group[group["steps"] > 0].groupby("steps")["episode_s"]
+        per_name[name] = (
+            {int(s): statistic(v, which) for s, v in per_length},
+            {int(s): len(v) for s, v in per_length},
+        )
+    return estimates_from(per_name, steps, which)
+
+
+def estimates_from(
+    per_name: dict[str, tuple[dict[int, float], dict[int, int]]], steps: int, which: str = TOTAL
+) -> tuple[dict[str, Estimate], dict[str, str]]:
+    """`estimates` from, per name, the statistic and the count of successful trajectory runs
+    per length (what summaries give without the runs themselves)."""
+    found: dict[str, Estimate] = {}
+    lacking: dict[str, str] = {}
+    for name, (points, counts) in per_name.items():
+        if not points:
             lacking[name] = "no successful trajectory runs"
             continue
-        per_length = group.groupby("steps")["episode_s"]
-        points = {int(s): statistic(v, which) for s, v in per_length}
-        counts = {int(s): len(v) for s, v in per_length}
         what_if = "" if which == TOTAL else "what-if: "
         if steps in points:
             found[name] = Estimate(

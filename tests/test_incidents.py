@@ -263,7 +263,9 @@ def test_one_failing_series_does_not_stop_the_others(
     """A row whose start is not a time (a damaged file) breaks its own series' staleness
     check; the pass says so and still looks at the other series."""
     rule = Rule("stale", "staleness", "stale_after", 60.0)
-    store.save_rollout(make_record("bad", started_at="not a time", substrate="broken"))
+    store.save_rollout(make_record("bad", substrate="broken"))
+    # damaged after it was written: rtax itself never saves such a start
+    store.db.execute("UPDATE runs SET started_at = 'not a time' WHERE run_id = 'bad'")
     last = _probe(store, 0, substrate="fine")
     report = _check(store, last + timedelta(hours=1), Alerts(rules=(rule,)))
     assert len(report.opened) == 1

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax import paths, stats
+from rtax import paths, stats, summaries
 from rtax.record import PAGE_COLUMNS, RUN_COLUMNS
 from rtax.store import Store, StoreError
 
@@ -114,46 +114,72 @@ def runs(db: str, key: FilterKey) -> pd.DataFrame:
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
+#: Newest runs behind a page's distributions (box plots, ECDFs): a bounded, indexed slice,
+#: never the whole window; the page says so, and its tables cover the whole window.
+DISTRIBUTION_ROWS = 5_000
+
+
+def _empty_summary() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in summaries.COLUMNS})
+    return frame.assign(series=[], workload=[], comparable=[])
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def summary(db: str, key: FilterKey, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The summary rows (rtax.summaries) of the window and filters, raw and folded history
+    alike, labelled with the pages' `series`, `workload` and `comparable` columns. `metrics`:
+    only those (all if None). What every page's tables are computed from."""
+    store = _open(db)
+    if store is None:
+        return _empty_summary()
+    with store:
+        rows = store.summaries(metrics=list(metrics) if metrics else None, **_query(key))
+        floor = store.floor_toolchain()
+    return summaries.label(rows, floor) if not rows.empty else _empty_summary()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def newest_runs(db: str, key: FilterKey, limit: int = DISTRIBUTION_ROWS) -> pd.DataFrame:
+    """The newest `limit` runs of the window (page columns, with `series`): the raw samples
+    behind a distribution, bounded."""
+    store = _open(db)
+    if store is None:
+        return _empty_runs()
+    with store:
+        frame = store.runs(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
+        floor = store.floor_toolchain()
+    return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def has_rollups(db: str, key: FilterKey) -> bool:
+    """Whether retention has folded any history inside the window."""
+    store = _open(db)
+    if store is None:
+        return False
+    with store:
+        return store.has_rollups(_query(key).get("since"))
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def options(db: str) -> dict[str, list[Any]]:
-    """Values present in the database, for the filter widgets."""
+    """Values present in the database (raw and folded history), for the filter widgets."""
     store = _open(db)
     if store is None:
         return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": []}
     with store:
-        return store.distinct()
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def milestones(db: str, key: FilterKey) -> pd.DataFrame:
-    """Mean native milestone offsets per series and tier (successful runs)."""
-    store = _open(db)
-    columns = ["substrate", "mode", "fidelity", "tier", "steps", "milestone", "mean_t_s", "n"]
-    if store is None:
-        return pd.DataFrame(columns=[*columns, "series", "workload"])
-    with store:
-        frame = store.milestone_means(**_query(key))
-    if frame.empty:
-        return pd.DataFrame(columns=[*columns, "series", "workload"])
-    frame["series"] = [
-        stats.series_label(*k)
-        for k in zip(frame["substrate"], frame["mode"], frame["fidelity"], strict=True)
-    ]
-    frame["workload"] = [
-        stats.workload_label(t, s) for t, s in zip(frame["tier"], frame["steps"], strict=True)
-    ]
-    return frame
+        return store.summary_distinct()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def counts(db: str, key: FilterKey) -> tuple[int, int]:
-    """(runs, actions) for the filters."""
-    store = _open(db)
-    if store is None:
+    """(runs, action rows) for the filters, from the summaries (no scan of actions); folded
+    history counts its runs, and its action rows where it was summarized before folding."""
+    rows = summary(db, key, ("wall_s", summaries.ACTION_ROWS))
+    if rows.empty:
         return 0, 0
-    with store:
-        query = _query(key)
-        return store.count_runs(**query), store.count_actions(**query)
+    runs = int(rows.loc[rows["metric"] == "wall_s", "runs"].sum())
+    return runs, round(float(rows.loc[rows["metric"] == summaries.ACTION_ROWS, "sum"].sum()))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -166,44 +192,6 @@ def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
         if table == "runs":
             return store.runs(limit=limit, newest_first=True, **_query(key))
         return store.actions(limit=limit, newest_first=True, **_query(key))
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def history(db: str, key: FilterKey) -> pd.DataFrame:
-    """Time-to-first-command and episode p50/p95 over raw *and* rolled-up samples of the
-    window (empty when retention has folded nothing in it). See rtax.retention.window."""
-    from rtax import retention
-
-    store = _open(db)
-    if store is None:
-        return pd.DataFrame()
-    query = _query(key)
-    raw = runs(db, key)  # the cached read every page shares
-    with store:
-        if not store.has_rollups(query.get("since")):
-            return pd.DataFrame()
-        parts = []
-        for metric, label in (("time_to_first_command_s", "ttfc"), ("episode_s", "episode")):
-            table = retention.window(store, metric, since=query.get("since"), raw=raw)
-            table = table.rename(
-                columns={"p50": f"{label}_p50_s", "p95": f"{label}_p95_s", "n": f"{label}_n"}
-            )
-            parts.append(table.drop(columns=["mean"]))
-    merged = parts[0].merge(
-        parts[1].drop(columns=["runs", "success_rate"]), on=list(retention.GROUP)
-    )
-    for column, values in (("substrate", key[1]), ("tier", key[2]), ("fidelity", key[3])):
-        if values:
-            merged = merged[merged[column].isin(values)]
-    merged.insert(
-        0,
-        "series",
-        [
-            stats.series_label(*k)
-            for k in zip(merged["substrate"], merged["mode"], merged["fidelity"], strict=True)
-        ],
-    )
-    return merged.drop(columns=["substrate", "mode"]).reset_index(drop=True)
 
 
 def csv_of(db: str, key: FilterKey, table: str) -> bytes:

@@ -1,0 +1,302 @@
+"""Per-series summaries (rtax.summaries) agree with the raw path (rtax.stats through
+rtax.dashboard.tables) on a fixed database: after saves, after a fold, after a rebuild, and on an
+upgraded old file; and merging hourly rows equals summarizing the whole."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlite_utils
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from factories import make_record
+from rtax import migrations, retention, sketch, stats, summaries
+from rtax.dashboard import summarized, tables
+from rtax.store import Store
+
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
+#: (substrate, kind, mode, fidelity, tier, steps, runs, median episode s)
+SERIES = (
+    ("local", "local", "exec", "real", "T0", 0, 300, 0.02),  # past the sketch's exact limit
+    ("docker", "docker", "exec", "real", "T0", 0, 40, 0.3),
+    ("docker", "docker", "session", "real", "T0", 0, 20, 0.25),
+    ("kubernetes", "kubernetes", "exec", "emulated", "T0", 0, 15, 1.5),
+    ("local", "local", "exec", "real", "T2", 10, 12, 1.4),
+    ("local", "local", "exec", "real", "T2", 50, 12, 5.8),
+    ("docker", "docker", "exec", "real", "T2", 10, 12, 1.5),
+    ("docker", "docker", "exec", "real", "T2", 50, 12, 3.5),
+)
+
+
+def _records():
+    """Runs spread over 30 hours (so rows merge across hours and days), 5 % failed, a few harness
+    errors (never a substrate's), milestones and resolutions."""
+    rng = np.random.default_rng(7)
+    i = 0
+    for substrate, kind, mode, fidelity, tier, steps, n, median in SERIES:
+        for _ in range(n):
+            i += 1
+            episode = float(rng.lognormal(math.log(median), 0.5))
+            ttfc = episode * float(rng.uniform(0.2, 0.6))
+            draw = rng.random()
+            failed = draw < 0.05
+            harness = 0.05 <= draw < 0.07
+            started = BASE + timedelta(seconds=float(rng.uniform(0, 30 * 3600)))
+            yield make_record(
+                f"r{i:04d}",
+                phases=("ready", *("action",) * int(rng.integers(1, 4))),
+                substrate=substrate,
+                kind=kind,
+                mode=mode,
+                fidelity=fidelity,
+                tier=tier,
+                steps=steps,
+                started_at=started.isoformat(timespec="microseconds"),
+                status="failed" if failed or harness else "ok",
+                error_class="harness_error" if harness else ("ready_timeout" if failed else None),
+                episode_s=None if failed else episode,
+                time_to_first_command_s=ttfc,
+                create_s=ttfc * 0.3,
+                ready_s=ttfc * 0.7,
+                ready_res_s=0.05 if substrate == "kubernetes" else None,
+                milestones=f'[{{"name": "created", "t_s": {ttfc * 0.3}}}]',
+            )
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("summaries") / "fixed.db"
+    with Store(path) as store:
+        for record in _records():
+            store.save_rollout(record)
+    return path
+
+
+def _raw(store: Store) -> pd.DataFrame:
+    return stats.add_series(store.runs(), store.floor_toolchain())
+
+
+def _rows(store: Store, **query) -> pd.DataFrame:
+    return summaries.label(store.summaries(**query), store.floor_toolchain())
+
+
+def _close(shown: pd.Series, expected: pd.Series, n: pd.Series) -> None:
+    """Exact where a row holds at most EXACT_LIMIT samples, within ALPHA beyond."""
+    for s, e, k in zip(shown, expected, n, strict=True):
+        if k == 0:
+            assert math.isnan(s) and math.isnan(e)
+        elif k <= sketch.EXACT_LIMIT:
+            assert s == e
+        else:
+            assert s == pytest.approx(e, rel=sketch.ALPHA)
+
+
+def _agree(rows: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """Every table the pages show, from summaries, against the raw path."""
+    now = BASE + timedelta(days=1)
+    shown, expected = summarized.overview(rows, now), tables.overview(runs, now)
+    assert list(shown.columns) == list(expected.columns)
+    exact = ["series", "tier", "steps", "fidelity", "runs", "harness_errors", "ttfc_n"]
+    exact += ["episode_n", "ttfc_res_s", "episode_res_s"]
+    pd.testing.assert_frame_equal(shown[exact], expected[exact], check_dtype=False)
+    assert shown["success_rate"].tolist() == expected["success_rate"].tolist()
+    assert shown["last_probe_age_s"].tolist() == pytest.approx(expected["last_probe_age_s"])
+    for column, n in (("ttfc_p50_s", "ttfc_n"), ("ttfc_p95_s", "ttfc_n")):
+        _close(shown[column], expected[column], expected[n])
+    for column in ("episode_p50_s", "episode_p95_s"):
+        _close(shown[column], expected[column], expected["episode_n"])
+
+    shown, expected = summarized.cold_start_all(rows), tables.cold_start_all(runs)
+    assert shown[["tier", "series", "runs", "n"]].values.tolist() == (
+        expected[["tier", "series", "runs", "n"]].values.tolist()
+    )
+    assert shown["mean"].tolist() == pytest.approx(expected["mean"].tolist())
+    for q in ("p50", "p95", "p99"):
+        _close(shown[q], expected[q], expected["n"])
+
+    shown = summarized.phase_means(rows)
+    expected = stats.phase_means(runs, by=("series", "workload"))
+    assert shown[["series", "workload", "n"]].values.tolist() == (
+        expected[["series", "workload", "n"]].values.tolist()
+    )
+    for column in expected.columns[3:]:
+        assert shown[column].tolist() == pytest.approx(expected[column].tolist(), nan_ok=True)
+
+    shown, expected = summarized.phase_percentiles(rows), tables.phase_percentiles(runs)
+    keys = ["series", "workload", "phase", "n", "success_rate"]
+    assert shown[keys].values.tolist() == expected[keys].values.tolist()
+    _close(shown["p95"], expected["p95"], expected["n"])
+
+    shown, expected = summarized.trajectory_points(rows), tables.trajectory_points(runs)
+    assert shown[["series", "steps", "runs", "n"]].values.tolist() == (
+        expected[["series", "steps", "runs", "n"]].values.tolist()
+    )
+    assert shown["seconds"].tolist() == pytest.approx(expected["seconds"].tolist())
+    shown, expected = summarized.fits(rows), tables.fits(runs)
+    for column in ("fixed_s", "per_action_s", "n"):
+        assert shown[column].tolist() == pytest.approx(expected[column].tolist())
+
+
+def test_summaries_after_saves_agree_with_the_raw_path(db: Path) -> None:
+    with Store(db, read_only=True) as store:
+        runs, rows = _raw(store), _rows(store)
+        milestones = store.milestone_means()
+    _agree(rows, runs)
+    shown = summarized.milestones(rows)
+    assert shown["n"].tolist() == milestones["n"].tolist()
+    assert shown["mean_t_s"].tolist() == pytest.approx(milestones["mean_t_s"].tolist())
+    found, lacking = summarized.estimates(rows, 150)
+    want, want_lacking = __import__("rtax.projection").projection.estimates(runs, 150, by="series")
+    assert set(lacking) == set(want_lacking)
+    assert {k: v.seconds for k, v in found.items()} == pytest.approx(
+        {k: v.seconds for k, v in want.items()}
+    )
+
+
+def test_a_window_is_exact_at_its_edge(db: Path) -> None:
+    """A window starting mid-hour: whole hours from the table, the rest from raw runs."""
+    since = (BASE + timedelta(hours=2, minutes=17)).isoformat(timespec="microseconds")
+    with Store(db, read_only=True) as store:
+        rows, runs = _rows(store, since=since), _raw(store)
+        counted = store.count_actions(since=since)
+    runs = runs[runs["started_at"] >= since]
+    _agree(rows, runs)
+    assert int(rows.loc[rows["metric"] == summaries.ACTION_ROWS, "sum"].sum()) == counted
+
+
+def test_summaries_survive_a_fold_and_a_rebuild(db: Path, tmp_path: Path) -> None:
+    path = tmp_path / "folded.db"
+    path.write_bytes(db.read_bytes())
+    with Store(path) as store:
+        before_runs, before_rows = _raw(store), store.summaries()
+        report = retention.fold(
+            store, older_than_days=1, now=BASE + timedelta(days=1, hours=3), pause_s=0
+        )
+        assert 0 < report.runs < len(before_runs)  # part folded, part raw
+        # The fold deletes raw rows, never summaries: the same history, continuous.
+        after = store.summaries()
+        pd.testing.assert_frame_equal(after, before_rows)
+        _agree(_rows(store), before_runs)
+        # Repair: rebuilt from the raw runs left and the rollups, the percentiles, counts and
+        # means of the whole history come back (rollups keep no milestones or sums of squares).
+        store.rebuild_summaries()
+        rebuilt = _rows(store)
+    now = BASE + timedelta(days=1)
+    shown, expected = summarized.overview(rebuilt, now), tables.overview(before_runs, now)
+    for column in ("series", "runs", "harness_errors", "ttfc_n", "episode_n", "success_rate"):
+        assert shown[column].tolist() == expected[column].tolist()
+    for column in ("episode_p50_s", "episode_p95_s"):
+        _close(shown[column], expected[column], expected["episode_n"])
+
+
+def test_rebuild_equals_the_rows_kept_as_data_arrived(db: Path, tmp_path: Path) -> None:
+    path = tmp_path / "copy.db"
+    path.write_bytes(db.read_bytes())
+    with Store(path) as store:
+        kept = store.summaries().sort_values(list(summaries.COLUMNS[:10])).reset_index(drop=True)
+        store.rebuild_summaries()
+        rebuilt = store.summaries().sort_values(list(summaries.COLUMNS[:10]))
+    rebuilt = rebuilt.reset_index(drop=True)
+    exact = [c for c in summaries.COLUMNS if c not in ("sum", "sumsq")]
+    pd.testing.assert_frame_equal(rebuilt[exact], kept[exact])
+    assert rebuilt["sum"].tolist() == pytest.approx(kept["sum"].tolist())
+
+
+def test_an_old_file_is_upgraded_with_its_summaries_built(db: Path, tmp_path: Path) -> None:
+    """A version-6 file (raw runs and rollups, no summaries) gains them on upgrade."""
+    path = tmp_path / "v6.db"
+    old = sqlite_utils.Database(path)
+    for version, migration in migrations.MIGRATIONS:
+        if version <= 6:
+            migration(old)
+    old.execute("PRAGMA user_version = 6")
+    old.conn.commit()
+    old.conn.close()
+    with Store(db, read_only=True) as source:
+        runs = source.runs()
+        actions = source.actions()
+    raw = sqlite_utils.Database(path)
+    raw["runs"].insert_all(runs.to_dict("records"))
+    columns = [c for c in actions.columns if c in raw["actions"].columns_dict]
+    raw["actions"].insert_all(actions[columns].to_dict("records"))
+    raw.conn.close()
+    with Store(path) as store:
+        assert store.version == migrations.SCHEMA_VERSION
+        _agree(_rows(store), _raw(store))
+        assert store.summaries(metrics=[summaries.ACTION_ROWS])["sum"].sum() == len(actions)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0, 50, allow_nan=False), min_size=1, max_size=600),
+    st.lists(st.integers(0, 5), min_size=1, max_size=600),
+)
+def test_merging_buckets_equals_the_whole(values: list[float], hours: list[int]) -> None:
+    """Summary rows of the same runs, split over hours and merged, equal one row of them all:
+    counts, sums and every percentile (exact and bucket mode alike)."""
+    runs = []
+    for i, v in enumerate(values):
+        start = BASE + timedelta(hours=hours[i % len(hours)], minutes=i % 60)
+        runs.append({"run_id": f"r{i}", "substrate": "local", "tier": "T0", "status": "ok",
+                     "started_at": start.isoformat(), "episode_s": v})  # fmt: skip
+    rows = pd.DataFrame(summaries.rows_of(runs))
+    days = rows[(rows["metric"] == "episode_s") & (rows["bucket"] == "day")]
+    rows = rows[(rows["metric"] == "episode_s") & (rows["bucket"] == "hour")]
+    assert len(days) == 1  # every hour is in one day: its day row is the whole too
+    day = summaries.combine(days, ["metric"]).iloc[0]
+    merged = summaries.combine(rows, ["metric"]).iloc[0]
+    whole = sketch.Sketch.of(values)
+    assert merged["n"] == len(values) and merged["runs"] == len(values)
+    assert merged["sum"] == pytest.approx(sum(values))
+    assert merged["sketch"].exact == whole.exact
+    for q in (0, 5, 50, 95, 99, 100):
+        assert merged["sketch"].quantile(q) == whole.quantile(q)
+        assert day["sketch"].quantile(q) == whole.quantile(q)
+    one_by_one = rows.to_dict("records")
+    acc = one_by_one[0]
+    for row in one_by_one[1:]:
+        acc = summaries.merge_row(acc, {**row, "bucket_start": acc["bucket_start"]})
+    assert sketch.Sketch.from_json(acc["sketch"]).quantile(95) == whole.quantile(95)
+
+
+def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
+    """Every statement a page runs reads runs only through a LIMIT or a started_at lower bound
+    (an indexed slice), and actions only through a LIMIT or a list of run ids: the first paint
+    never scans the whole of either table (issue 13: fast at scale)."""
+    import sqlite3
+
+    import streamlit as streamlit
+    from streamlit.testing.v1 import AppTest
+
+    import rtax.store
+
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(rtax.store.sqlite3, "connect", traced)
+    monkeypatch.setenv("RTAX_DB", str(db))
+    app = str(Path(__file__).resolve().parent.parent / "app.py")
+    for page in ("overview", "cold_start", "decomposition", "amortization", "projection", "data"):
+        streamlit.cache_data.clear()
+        at = AppTest.from_file(app, default_timeout=60)
+        at.run()
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+    reads = [" ".join(s.split()) for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert any("FROM summaries" in s for s in reads)
+    for sql in reads:
+        if "FROM runs" in sql or "JOIN runs" in sql:
+            assert "LIMIT" in sql or "started_at >= " in sql, sql
+        if "FROM actions" in sql or "JOIN actions" in sql:
+            assert "LIMIT" in sql or "run_id IN (" in sql, sql
