@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from rtax import projection, stats, summaries
-from rtax.dashboard.tables import GROUP, PHASES, _age, disclosed
+from rtax.dashboard.tables import GROUP, OVERVIEW_COLUMNS, PHASES, _age, disclosed
 from rtax.record import PHASE_COLUMNS
 
 #: The metrics the Overview reads.
@@ -40,7 +40,7 @@ def overview(rows: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     ttfc = summaries.latency(rows, "time_to_first_command_s", [*GROUP, "fidelity"])
     episode = summaries.latency(rows, "episode_s", [*GROUP, "fidelity"])
     if ttfc.empty:
-        return pd.DataFrame(columns=_OVERVIEW)
+        return pd.DataFrame(columns=list(OVERVIEW_COLUMNS))
     wall = summaries.combine(rows[rows["metric"] == "wall_s"], [*GROUP, "metric"])
     out = ttfc[[*GROUP, "fidelity", "runs", "success_rate", "harness_errors"]].copy()
     out["ttfc_p50_s"], out["ttfc_p95_s"], out["ttfc_n"] = ttfc["p50"], ttfc["p95"], ttfc["n"]
@@ -49,25 +49,7 @@ def overview(rows: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     out["episode_n"] = episode["n"]
     out["episode_res_s"] = _disclose(episode, "p50")
     out["last_probe_age_s"] = _age(wall["last_started_at"], now or datetime.now(UTC)).to_numpy()
-    return out[_OVERVIEW].reset_index(drop=True)
-
-
-_OVERVIEW = [
-    *GROUP,
-    "fidelity",
-    "runs",
-    "success_rate",
-    "harness_errors",
-    "ttfc_p50_s",
-    "ttfc_p95_s",
-    "ttfc_n",
-    "ttfc_res_s",
-    "episode_p50_s",
-    "episode_p95_s",
-    "episode_n",
-    "episode_res_s",
-    "last_probe_age_s",
-]
+    return out[list(OVERVIEW_COLUMNS)].reset_index(drop=True)
 
 
 def cold_start(rows: pd.DataFrame) -> pd.DataFrame:

@@ -17,6 +17,24 @@ from rtax import projection, reference, stats
 from rtax.record import METRIC_PHASES, PHASE_COLUMNS
 
 GROUP = ("series", "tier", "steps")
+#: The Overview's columns, whether computed from raw runs (`overview`) or from the summaries
+#: (`rtax.dashboard.summarized`).
+OVERVIEW_COLUMNS = (
+    *GROUP,
+    "fidelity",
+    "runs",
+    "success_rate",
+    "harness_errors",
+    "ttfc_p50_s",
+    "ttfc_p95_s",
+    "ttfc_n",
+    "ttfc_res_s",
+    "episode_p50_s",
+    "episode_p95_s",
+    "episode_n",
+    "episode_res_s",
+    "last_probe_age_s",
+)
 #: The parts of wall time, as `stats.phase_summary` names them.
 PHASES = tuple(c.removesuffix("_s") for c in PHASE_COLUMNS)
 #: A resolution is shown beside a percentile once it exceeds this share of it
@@ -74,24 +92,7 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     """Per series x tier x steps: time-to-first-command and episode p50/p95 with n, success
     rate, harness errors apart (rtax's own failures, not in `runs`), seconds since the last
     probe, fidelity."""
-    columns = [
-        "series",
-        "tier",
-        "steps",
-        "fidelity",
-        "runs",
-        "success_rate",
-        "harness_errors",
-        "ttfc_p50_s",
-        "ttfc_p95_s",
-        "ttfc_n",
-        "ttfc_res_s",
-        "episode_p50_s",
-        "episode_p95_s",
-        "episode_n",
-        "episode_res_s",
-        "last_probe_age_s",
-    ]
+    columns = list(OVERVIEW_COLUMNS)
     if runs.empty:
         return pd.DataFrame(columns=columns)
     now = now or datetime.now(UTC)
