@@ -105,7 +105,13 @@ def probe(
         composition.fixture()  # built (once) before the substrate prepares
         composition.ready(sub, log or (lambda _: None), t2=tier == "T2")
         batch = Batch(substrate, db if db is not None else paths.default_db())
-        spool = Spool(batch.db, composition.store)
+        # A record spooled now and written by a later save's drain is stored: no longer
+        # reported as spooled (or lost).
+        spool = Spool(
+            batch.db,
+            composition.store,
+            on_saved=lambda record: batch.spooled.pop(record.run["run_id"], None),
+        )
         with composition.store() as store:
             batch.replayed = spool.replay(store)  # what an earlier probe or scheduler spooled
             source = None

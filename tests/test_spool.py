@@ -67,6 +67,33 @@ def test_probe_keeps_rollouts_the_busy_database_could_not_take_then_writes_them(
     assert not Path(f"{db}.spool.jsonl").exists()
 
 
+def test_a_rollout_spooled_then_written_by_the_next_save_is_reported_stored(
+    db: Path,
+    writer_holding_the_lock: sqlite3.Connection,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first rollout meets a busy database and is spooled; the other writer is done by the
+    second, whose save writes both: the probe stored everything, says nothing of a spool and
+    exits 0 (it used to report the first as spooled to a file that no longer exists)."""
+    real = batch.run_rollout
+    calls = []
+
+    def second_after_release(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            writer_holding_the_lock.execute("ROLLBACK")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "run_rollout", second_after_release)
+    code = cli.main(["probe", "--substrate", "local", "--repeat", "2", "--db", str(db), "--quiet"])
+    err = capsys.readouterr().err
+    assert len(run_ids(db)) == 2
+    assert not Path(f"{db}.spool.jsonl").exists()
+    assert "spooled" not in err and "lost" not in err
+    assert code == 0
+
+
 def test_a_busy_database_is_retried_before_anything_is_spooled(
     db: Path, writer_holding_the_lock: sqlite3.Connection
 ) -> None:
