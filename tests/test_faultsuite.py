@@ -220,6 +220,19 @@ def test_rows_are_read_from_a_real_database_with_never_started_runs(tmp_path: Pa
     assert tally.partial(outcome) == ["short"]
     assert tally.lost(outcome) == ["gone"]
     assert outcome.spooled == 2
+    second = tmp_path / "spool"  # where records go when the database's own disk is full
+    second.mkdir()
+    (second / "rtax.db-0123456789ab.spool.jsonl").write_text('{"run": 3}\n')
+    rows_of(database, outcome, second)
+    assert outcome.spooled == 3
+
+
+def test_a_substrate_whose_leftovers_could_not_be_listed_fails_the_run() -> None:
+    """A leak count that could not be taken is unknown, not 0: the verdict says so."""
+    outcome = tally.Outcome(leaked={"ec2": 0, "docker": 0}, unchecked=["ec2"])
+    assert "leftovers of ec2 could not be listed" in tally.problems(outcome)
+    row = next(r for r in tally.table(outcome).splitlines() if "substrates not checked" in r)
+    assert row.split() == ["substrates", "not", "checked", "1", "ec2"]
 
 
 def test_the_environment_search_finds_a_secret_in_a_running_local_command(tmp_path: Path) -> None:

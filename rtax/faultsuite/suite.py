@@ -189,6 +189,9 @@ def run(
         "RTAX_FIXTURES_DIR": str(paths.fixtures_dir()),
         "RTAX_TOOLCHAIN_DIR": str(paths.toolchain_dir()),
         "RTAX_LOCAL_ROOT": str(root / "local"),
+        # the second spool (where records go when the database's disk is full) stays inside
+        # the run: searched for secrets, counted, removed with it
+        "RTAX_SPOOL_DIR": str(root / "spool"),
     }
     outcome = tally.Outcome(target=size.target)
     try:
@@ -277,7 +280,7 @@ def _measure(
     outcome.notes += [f"scheduler: {d}" for d in scheduler.deaths]
     outcome.notes += [f"dashboard reader: {n}x {e}" for e, n in readers.errors.items()]
     _final_pass(root, engine, config, env, logs, outcome)
-    rows_of(database, outcome)
+    rows_of(database, outcome, root / "spool")
     exports = root / "exports"
     exports.mkdir()
     for table in ("runs", "actions"):
@@ -288,7 +291,9 @@ def _measure(
             logs / f"export-{table}.log",
             300,
         )
-    found = search_files([disk.path, logs, exports, engine.root / "dockerd.log"], secrets)
+    found = search_files(
+        [disk.path, root / "spool", logs, exports, engine.root / "dockerd.log"], secrets
+    )
     if search.local_hits:
         found["environ of local commands"] = len(search.local_hits)
     if search.container_hits:
@@ -377,6 +382,7 @@ def _final_pass(
             with contextlib.suppress(Exception):
                 substrate.close()
         except Exception as exc:
+            outcome.unchecked.append(name)
             outcome.notes.append(f"could not list {name} leftovers: {type(exc).__name__}: {exc}")
     leaked = {n: max(containers.get(n, 0), api.get(n, 0)) for n in {*containers, *api}}
     local_root = root / "local"
@@ -384,8 +390,9 @@ def _final_pass(
     outcome.leaked = leaked
 
 
-def rows_of(database: Path, outcome: tally.Outcome) -> None:
-    """Each stored run's completed actions and its stored action rows; the spool's leftovers."""
+def rows_of(database: Path, outcome: tally.Outcome, spool_dir: Path | None = None) -> None:
+    """Each stored run's completed actions and its stored action rows; the records left in
+    the spool beside the database and in `spool_dir` (the second spool)."""
     from rtax.store import Store
 
     with Store(database, create=False) as store:
@@ -397,6 +404,11 @@ def rows_of(database: Path, outcome: tally.Outcome) -> None:
         run_id: (int(n), int(stored.get(run_id, 0)))
         for run_id, n in zip(runs["run_id"], done, strict=True)
     }
-    spool = Path(f"{database}.spool.jsonl")
-    if spool.exists():
-        outcome.spooled = sum(1 for line in spool.read_text().splitlines() if line.strip())
+    spools = [Path(f"{database}.spool.jsonl")]
+    if spool_dir is not None and spool_dir.is_dir():
+        spools += sorted(spool_dir.glob("*.spool.jsonl"))
+    outcome.spooled = sum(
+        sum(1 for line in spool.read_text().splitlines() if line.strip())
+        for spool in spools
+        if spool.is_file()
+    )

@@ -13,7 +13,8 @@ The counts and where they come from:
   says it completed;
 - **leaked**: environments left on each substrate after the final reaper pass, as the engine
   shows them (every container on the private engine backs one) and as each substrate's API
-  lists them (`leftovers`), the larger of the two per substrate, plus local working dirs;
+  lists them (`leftovers`), the larger of the two per substrate, plus local working dirs; a
+  substrate whose API could not be listed is not checked, and that fails the run too;
 - **database is locked**: that message surfaced to a dashboard reader or in any log;
 - **secrets**: occurrences of a planted credential in any file the suite collected;
 - **scheduler alive**: the scheduler was running, and recording, when the faults were over.
@@ -65,6 +66,9 @@ class Outcome:
     faults: Counter[str] = field(default_factory=Counter)
     #: substrate (or "local dirs", "unlabelled") -> environments left after the final reap
     leaked: dict[str, int] = field(default_factory=dict)
+    #: substrates whose leftovers could not be listed at the end: their leak count is unknown,
+    #: never taken for 0
+    unchecked: list[str] = field(default_factory=list)
     locked_errors: int = 0
     scheduler_alive: bool = False
     #: file -> occurrences of a planted secret
@@ -96,6 +100,8 @@ def problems(outcome: Outcome) -> list[str]:
         out.append(f"faults never injected: {', '.join(missing)}")
     if sum(outcome.leaked.values()):
         out.append(f"{sum(outcome.leaked.values())} environments leaked")
+    if outcome.unchecked:
+        out.append(f"leftovers of {', '.join(outcome.unchecked)} could not be listed")
     if lost(outcome):
         out.append(f"{len(lost(outcome))} rows lost")
     if partial(outcome):
@@ -132,6 +138,11 @@ def table(outcome: Outcome) -> str:
             "environments leaked (after reaper pass)",
             str(sum(outcome.leaked.values())),
             ", ".join(f"{k} {v}" for k, v in leaked.items()),
+        ),
+        (
+            "  substrates not checked",
+            str(len(outcome.unchecked)),
+            ", ".join(outcome.unchecked),
         ),
         ("  removed by that reaper pass", str(outcome.reaped), "informational"),
         ("rows lost", str(len(lost(outcome))), " ".join(lost(outcome)[:3])),
