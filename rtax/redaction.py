@@ -31,7 +31,9 @@ from typing import Any
 MASK = "***"
 #: Environment variables whose values are credentials, by name.
 CREDENTIAL_NAME = re.compile(
-    r"(password|passwd|secret|token|api_?key|access_?key|credential|private_?key)", re.I
+    r"(password|passwd|secret|token|api_?key|access_?key|credential|private_?key"
+    r"|(?<![a-z])auth(?![a-z]))",  # DOCKER_AUTH_CONFIG, REGISTRY_AUTH_FILE; not XAUTHORITY
+    re.I,
 )
 #: Shorter values are not taken from the environment (scrubbing "1" or "true" would mangle
 #: every text); a registered secret needs `MIN_REGISTERED` characters.

@@ -277,3 +277,22 @@ def test_a_start_is_confirmed_by_polling_and_its_resolution_kept() -> None:
             not_running=lambda: ReadyTimeout("not running"),
         )
     assert stuck.milestones == [] and "orchestration" not in stuck.resolution
+
+
+def test_a_container_tool_gets_its_own_variables_and_no_credential() -> None:
+    """The podman and docker CLIs get what they need of this process's environment; registry
+    credentials (``DOCKER_AUTH_CONFIG``, GitLab CI's way to log in) and tokens never."""
+    environ = {
+        "PATH": "/usr/bin",
+        "DOCKER_HOST": "unix:///run/docker.sock",
+        "DOCKER_AUTH_CONFIG": '{"auths": {"r.example": {"auth": "dXNlcjpwdw=="}}}',
+        "CONTAINERS_STORAGE_CONF": "/etc/containers/storage.conf",
+        "DOCKER_TOKEN": "abcdefgh12345678",
+        "AWS_SECRET_ACCESS_KEY": "planted-aws-secret",
+        "XAUTHORITY": "/root/.Xauthority",
+    }
+    assert kit.tool_env(environ) == {
+        "PATH": "/usr/bin",
+        "DOCKER_HOST": "unix:///run/docker.sock",
+        "CONTAINERS_STORAGE_CONF": "/etc/containers/storage.conf",
+    }
