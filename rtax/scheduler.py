@@ -121,8 +121,9 @@ class Prober:
             self._check_substrates()
             self._reap()
             self._scheduler = BackgroundScheduler(
-                # a worker per plan, and two for the reaper, retention and detection
-                executors={"default": ThreadPoolExecutor(len(self.config.plans) + 2)},
+                # a worker per plan, and one each for the reaper, retention and detection (the
+                # first two wait for a probe slot; detection must not wait behind them)
+                executors={"default": ThreadPoolExecutor(len(self.config.plans) + 3)},
                 job_defaults={
                     "coalesce": True,
                     "max_instances": 1,
