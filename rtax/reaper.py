@@ -3,12 +3,14 @@
 Why: the probe runner's own cleanup is the first line, but a crashed or SIGKILLed process, a
 cleanup that failed or a create whose answer was lost leave an environment behind, and a leaked
 container costs memory (on a cloud, money). Every rtax environment records its owner as
-"host:pid" and, made by a rollout, when it expires: its creation + the rollout's deadline and
-cleanup time + a grace (`kit.labels`). A leftover is an orphan (docs/substrates/docker.md#reaper):
+"host/pid-namespace:pid" (`kit.owner`) and, made by a rollout, when it expires: its creation +
+the rollout's deadline and cleanup time + a grace (`kit.labels`). A leftover is an orphan
+(docs/substrates/docker.md#reaper):
 
 1. when it has **expired**, whoever its owner (alive, on another host, a scheduler that runs for
    months, an app container whose hostname changed on restart): no rollout uses it any more;
-2. when its owner is a process on this host that is gone (a crash: no need to wait);
+2. when its owner is a process on this host, in this pid namespace, that is gone (a crash: no
+   need to wait); a container that shares the host's name but not its pids can't tell;
 3. with ``older_than_s``, when it is at least that old and its owner can't be checked here.
 
 A leftover from before expiries were labelled is taken to expire `LEGACY_LIFETIME_S` after its
@@ -21,11 +23,11 @@ import contextlib
 import dataclasses
 import logging
 import os
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from rtax.substrates import kit
 from rtax.substrates.base import Leftover, Substrate
 
 #: How long the removal of one orphan may take, verification included (an EC2 instance's
@@ -89,7 +91,7 @@ def why_orphan(
     leftover: Leftover, *, older_than_s: float | None, now: datetime, host: str | None = None
 ) -> str | None:
     """The reason `leftover` is an orphan, or None if it must be left alone."""
-    host = host or socket.gethostname()
+    host = host or kit.owner_host()
     age = _age_s(leftover, now)
     if older_than_s is not None and (age is None or age < older_than_s):
         return None

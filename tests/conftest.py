@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from rtax import fixtures
 from rtax.fixtures import Fixture, GitServer
 from rtax.reaper import pid_alive
 from rtax.store import Store
+from rtax.substrates import kit
 from rtax.substrates.local import LocalSubstrate
 from rtax.workloads import RepoSource
 
@@ -136,7 +136,7 @@ def no_leaked_containers() -> Iterator[None]:
     yield
     if api is None:
         return
-    host = socket.gethostname()
+    host = kit.owner_host()
     leaked = []
     for c in api.containers(all=True, filters={"label": "rtax"}):
         owner_host, _, pid = (c["Labels"].get("rtax.owner") or "").rpartition(":")

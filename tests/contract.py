@@ -9,7 +9,6 @@ path that produces samples, and checks the measurement model (docs/measurement.m
 from __future__ import annotations
 
 import os
-import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -204,7 +203,7 @@ class SubstrateContract:
         try:
             substrate.wait_running(env, 60)
             (planted,) = [lo for lo in substrate.leftovers() if lo.run_id == "contract-planted"]
-            assert planted.owner == f"{socket.gethostname()}:{os.getpid()}"
+            assert planted.owner == f"{kit.owner_host()}:{os.getpid()}"
             assert (
                 reaper.why_orphan(planted, older_than_s=None, now=datetime.now(UTC)) is None
             )  # a live run's environment is spared

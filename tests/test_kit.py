@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -176,7 +175,7 @@ def test_a_policy_refuses_nonsense_and_describes_itself() -> None:
 def test_labels_round_trip_to_a_leftover() -> None:
     made = kit.labels("run-1", "docker-gvisor")
     assert made[LABEL] == "1" and made[f"{LABEL}.substrate"] == "docker-gvisor"
-    assert made[f"{LABEL}.owner"] == f"{socket.gethostname()}:{os.getpid()}"
+    assert made[f"{LABEL}.owner"] == f"{kit.owner_host()}:{os.getpid()}"
     assert datetime.fromisoformat(made[f"{LABEL}.created_at"]).tzinfo is not None
     assert kit.selector("docker-gvisor").items() <= made.items()
     found = kit.leftover("c0ffee", made, detail="docker-gvisor, running")

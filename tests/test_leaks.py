@@ -278,7 +278,26 @@ def test_a_docker_500_after_the_create_leaves_no_container(runner_image: str) ->
 
 def test_reaper_reasons_name_the_host_rule(local: LocalSubstrate) -> None:
     """A crashed owner on this host is still reaped at once, before its expiry."""
-    _plant(local, "crashed", **{kit.OWNER: f"{socket.gethostname()}:999999999"})
+    _plant(local, "crashed", **{kit.OWNER: f"{kit.owner_host()}:999999999"})
     reaped = reaper.reap([local])
     assert [(o.leftover.run_id, o.expired) for o in reaped] == [("crashed", False)]
     assert "owner pid 999999999 is gone" in reaped[0].reason
+
+
+def test_an_owner_of_the_same_host_name_in_another_pid_namespace_is_not_checked_by_pid() -> None:
+    """A container with ``--network host`` has the host's name and pids of its own: a live
+    process outside it looks gone from inside. Only an owner of this host name *and* this pid
+    namespace is judged by its pid; another one waits for the expiry."""
+    now = datetime.now(UTC)
+    later = (now + timedelta(hours=1)).isoformat()
+    dead = 999999999
+    same_name_other_ns = Leftover(
+        "e1", "r1", owner=f"{socket.gethostname()}/1:{dead}", created_at=now.isoformat(),
+        expires_at=later,
+    )  # fmt: skip
+    assert reaper.why_orphan(same_name_other_ns, older_than_s=None, now=now) is None
+    ours = Leftover(
+        "e2", "r2", owner=f"{kit.owner_host()}:{dead}", created_at=now.isoformat(),
+        expires_at=later,
+    )  # fmt: skip
+    assert reaper.why_orphan(ours, older_than_s=None, now=now) == f"owner pid {dead} is gone"

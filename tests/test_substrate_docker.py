@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax import reaper, workloads
 from rtax.probe import run_rollout
 from rtax.store import Store
+from rtax.substrates import kit
 from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment, ExecError
 from rtax.substrates.docker import DockerSubstrate
 from rtax.substrates.docker_session import MAX_OUTPUT
@@ -404,7 +404,7 @@ def _plant(api, image: str, labels: dict[str, str]) -> str:
 def test_reaper_removes_orphans_only(
     docker_exec: DockerSubstrate, runner_image: str, capsys
 ) -> None:
-    api, host = docker_exec.api, socket.gethostname()
+    api, host = docker_exec.api, kit.owner_host()
     stamp = "2020-01-01T00:00:00+00:00"
     orphan = _plant(
         api,

@@ -114,7 +114,8 @@ class Leftover(Environment):
     """An environment that carries the rtax label and still exists, found by that label.
 
     It is an `Environment` (with no handle) so that removing one is `destroy`, the same path
-    as a rollout's own cleanup. `owner` is "host:pid" of the process that created it, so that
+    as a rollout's own cleanup. `owner` is "host/pid-namespace:pid" (`kit.owner`) of the
+    process that created it, so that
     the reaper can tell a crashed run's orphan from an environment that a live run still uses;
     `expires_at` (UTC, ISO) is when no rollout can be using it any more, whoever its owner
     (None: made before environments carried an expiry, or outside a rollout).

@@ -61,6 +61,7 @@ __all__ = [
     "labels",
     "leftover",
     "owner",
+    "owner_host",
     "poll",
     "raise_if_timed_out",
     "retry_after_header",
@@ -85,9 +86,24 @@ EXPIRES_AT = f"{LABEL}.expires_at"
 EXPIRY_GRACE_S = 300.0
 
 
+def owner_host() -> str:
+    """This process's host as the reaper knows it: the host name and the PID namespace.
+
+    Why the namespace: two processes may share a host name and not their pids (a container
+    with ``--network host`` has the host's name and a pid namespace of its own). A reaper
+    there would find a live owner's pid "gone" and remove an environment still in use; only an
+    owner of the same name *and* namespace can be checked by pid."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # no /proc (not Linux): the host name alone
+        return socket.gethostname()
+    return f"{socket.gethostname()}/{namespace}"
+
+
 def owner() -> str:
-    """ "host:pid" of this process: what the reaper checks before removing an environment."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """ "host/pidns:pid" of this process (`owner_host`): what the reaper checks before
+    removing an environment that has not expired."""
+    return f"{owner_host()}:{os.getpid()}"
 
 
 def labels(run_id: str, substrate: str, lifetime_s: float | None = None) -> dict[str, str]:

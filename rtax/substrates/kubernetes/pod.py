@@ -3,7 +3,7 @@
 Why here and apart: the kit's marks (`kit.labels`) must survive the API server's rules. Label
 values are short DNS-ish tokens, so the pod carries the kit's selector and the run id as
 tokens in its labels (what `rtax reap` selects by) and every mark exactly, creation time and
-"host:pid" included, in its annotations; a leftover is read back from both, the exact
+"host/pid-namespace:pid" included, in its annotations; a leftover is read back from both, the exact
 annotation first.
 """
 
