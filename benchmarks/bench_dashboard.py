@@ -15,6 +15,7 @@ alike.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import statistics
@@ -67,6 +68,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="renders per page (median shown)")
     args = parser.parse_args()
+    # AppTest renders pages outside a Streamlit server, and Streamlit says so ("No runtime
+    # found", "missing ScriptRunContext") for every cached reader of every render: hundreds of
+    # lines that would bury the figures. In this process only errors are logged (Streamlit
+    # resets its own loggers' levels on each run, so the cut is made at logging's own switch).
+    logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="rtax-bench-dash-") as tmp_name:
         tmp = Path(tmp_name)
         t0 = time.perf_counter()
