@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from polling import wait_for
 from rtax import alerts, monitor, redaction
 from rtax.rules import Alerts, Detection, Rule
 from rtax.store import Store
@@ -78,16 +79,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
-
-
 def _slow(store: Store, i: int, ttfc: float, settings: Alerts) -> monitor.Report:
     """Store rollout `i` (a minute apart) and run a detection pass at its start."""
     start = T0 + timedelta(minutes=i)
@@ -140,7 +131,7 @@ def test_a_receiver_that_is_down_gets_the_alert_when_it_comes_back(
     notifier.start()
     try:
         notifier.wake()
-        _wait_for(
+        wait_for(
             lambda: store.open_incidents()[0]["alert_attempts"] >= 2, 10, "two refused attempts"
         )
         (incident,) = store.open_incidents()
@@ -149,13 +140,13 @@ def test_a_receiver_that_is_down_gets_the_alert_when_it_comes_back(
         receiver = Receiver(port)
         try:
             receiver.status = 500
-            _wait_for(lambda: receiver.requests >= 2, 10, "two 500s")
-            _wait_for(
+            wait_for(lambda: receiver.requests >= 2, 10, "two 500s")
+            wait_for(
                 lambda: store.open_incidents()[0]["alert_error"] == "HTTP 500", 10, "a 500 kept"
             )
             receiver.status = 200
-            _wait_for(lambda: receiver.bodies, 10, "the alert delivered")
-            _wait_for(lambda: store.open_incidents()[0]["alert_open"] == "sent", 10, "marked sent")
+            wait_for(lambda: receiver.bodies, 10, "the alert delivered")
+            wait_for(lambda: store.open_incidents()[0]["alert_open"] == "sent", 10, "marked sent")
             assert len(receiver.bodies) == 1 and receiver.bodies[0]["event"] == "opened"
         finally:
             receiver.close()
@@ -169,14 +160,14 @@ def test_a_pending_alert_survives_a_restart(store: Store, db_path: Path) -> None
     first = alerts.Notifier(db_path, settings, f"http://127.0.0.1:{port}/hook")
     _slow(store, 0, 5.0, settings)
     first.start()
-    _wait_for(lambda: store.open_incidents()[0]["alert_attempts"] >= 1, 10, "a refused attempt")
+    wait_for(lambda: store.open_incidents()[0]["alert_attempts"] >= 1, 10, "a refused attempt")
     first.stop()
     receiver = Receiver(port)
     try:
         second = alerts.Notifier(db_path, settings, receiver.url)
         second.start()  # a new scheduler: it finds the pending alert in the database
         try:
-            _wait_for(lambda: receiver.bodies, 10, "the alert delivered after the restart")
+            wait_for(lambda: receiver.bodies, 10, "the alert delivered after the restart")
         finally:
             second.stop()
         assert len(receiver.bodies) == 1
@@ -253,14 +244,14 @@ def test_a_hanging_receiver_never_holds_up_storing_and_detection(
     _slow(store, 0, 5.0, settings)
     notifier.start()
     try:
-        _wait_for(lambda: receiver.requests == 1, 10, "the post in flight")
+        wait_for(lambda: receiver.requests == 1, 10, "the post in flight")
         began = time.monotonic()
         for i in range(1, 6):
             _slow(store, i, 1.0, settings)  # rollouts stored, incidents resolved meanwhile
         assert time.monotonic() - began < 2.0
         assert store.count("runs") == 6
         receiver.hold.set()
-        _wait_for(lambda: len(receiver.bodies) == 2, 10, "opened, then resolved")
+        wait_for(lambda: len(receiver.bodies) == 2, 10, "opened, then resolved")
         assert [b["event"] for b in receiver.bodies] == ["opened", "resolved"]
     finally:
         notifier.stop()

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from polling import wait_for
 from rtax import config, reaper, workloads
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.scheduler import Prober
@@ -180,16 +180,6 @@ def test_rtax_reap_says_which_leftovers_expired(tmp_path: Path, capsys: Any) -> 
 # -- the scheduler reaps on a schedule ---------------------------------------------------------
 
 
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
-
-
 class _Unlistable(LocalSubstrate):
     def leftovers(self) -> list[Leftover]:
         raise ConnectionError("control plane unreachable")
@@ -233,7 +223,7 @@ interval = "1h"
         # made after the start-up reap, by this (live) process: only its expiry can free it
         _plant(local, "expires-soon", **{kit.EXPIRES_AT: _iso(1.5)})
         _plant(local, "in-use")
-        _wait_for(
+        wait_for(
             lambda: "expires-soon" not in [lo.run_id for lo in local.leftovers()],
             30,
             "the expired leftover reaped",

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from polling import wait_for
 from rtax import config
 from rtax.config import SubstrateConfig, build_substrate
 from rtax.scheduler import LockHeld, Prober, SchedulerLock
@@ -45,16 +46,6 @@ def _runs(db: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=["substrate", "status"])
     with Store(db, create=False) as store:
         return store.runs()
-
-
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
 
 
 class _Hang(LocalSubstrate):
@@ -115,7 +106,7 @@ interval = "1s"
 def test_short_interval_records_runs_with_lag(tmp_path: Path, prober_of) -> None:
     conf = _config(tmp_path, PLAN_T0)
     prober_of(conf)
-    _wait_for(lambda: len(_runs(conf.database)) >= 3, 30, "3 runs")
+    wait_for(lambda: len(_runs(conf.database)) >= 3, 30, "3 runs")
     runs = _runs(conf.database)
     assert set(runs["plan"]) == {"fast"} and (runs["status"] == "ok").all()
     scheduled = pd.to_datetime(runs["scheduled_at"], format="ISO8601")
@@ -149,7 +140,7 @@ interval = "1s"
         after = runs[(runs["substrate"] == "local")]
         return len(stuck) == 1 and len(after) >= 3
 
-    _wait_for(cut_and_more, 30, "the hung rollout cut and 3 local runs")
+    wait_for(cut_and_more, 30, "the hung rollout cut and 3 local runs")
     stuck = _runs(conf.database).query("substrate == 'hang'").iloc[0]
     assert (stuck["status"], stuck["error_class"]) == ("failed", "deadline_exceeded")
     assert 1.0 <= stuck["wall_s"] < 5
@@ -191,14 +182,14 @@ interval = "1h"
     docker = DockerSubstrate()
     try:
         # mid-rollout: the container exists and actions are running
-        victim = _wait_for(
+        victim = wait_for(
             lambda: [
                 lo for lo in docker.leftovers() if lo.owner and lo.owner.endswith(f":{proc.pid}")
             ],
             120,
             "a rollout container",
         )[0]
-        _wait_for(
+        wait_for(
             lambda: "running" in docker.api.inspect_container(victim.env_id)["State"]["Status"],
             30,
             "the container running",
@@ -214,7 +205,7 @@ interval = "1h"
 
     again = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_for(
+        wait_for(
             lambda: victim.env_id not in [lo.env_id for lo in docker.leftovers()],
             120,
             "the orphan reaped by the next scheduler",
@@ -250,7 +241,7 @@ interval = "1h"
     extra = '[[substrates]]\nname = "flaky"\nkind = "local"\n'
     conf = _config(tmp_path, plans, extra)  # the factory fails for "flaky" after start-up
     prober_of(conf)
-    _wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
+    wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
     assert run["fidelity"] == "real"  # a local substrate is real by construction, not by default
@@ -288,7 +279,7 @@ interval = "1s"
                 )
             )
     prober_of(conf)
-    _wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, 60, "4 runs")
+    wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, 60, "4 runs")
     today = _runs(conf.database)
     today = today[~today["run_id"].str.startswith("old-")]
     counts = today["substrate"].value_counts()
@@ -349,7 +340,7 @@ def test_sigterm_during_ready_exits_promptly_and_records_nothing(
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         # In the ready phase: its environment exists and it has been refused a few times.
-        _wait_for(
+        wait_for(
             lambda: attempts.exists() and len(attempts.read_text().split()) >= 3,
             60,
             "ready attempts",
@@ -391,7 +382,7 @@ def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
     prober = Prober(conf, factory=factory, fixture=attrs_fixture)
     prober.start()
     try:
-        _wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
+        wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
     finally:
         prober.stop(wait=True)
     runs = _runs(conf.database)
@@ -477,16 +468,16 @@ samples = 1
 """,
         )
         prober = prober_of(conf)
-        _wait_for(lambda: receiver.requests == 1, 30, "the alert posted")
+        wait_for(lambda: receiver.requests == 1, 30, "the alert posted")
         stored = len(_runs(conf.database))
-        _wait_for(lambda: len(_runs(conf.database)) >= stored + 2, 30, "rollouts while it hangs")
+        wait_for(lambda: len(_runs(conf.database)) >= stored + 2, 30, "rollouts while it hangs")
         receiver.hold.set()
-        _wait_for(lambda: receiver.bodies, 30, "the alert delivered")
+        wait_for(lambda: receiver.bodies, 30, "the alert delivered")
         with Store(conf.database, create=False) as store:
             (incident,) = store.incidents().to_dict("records")
         assert incident["state"] == "open" and incident["rule"] == "slow"
         passes = len(_runs(conf.database))
-        _wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")
+        wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")
         assert prober.notifier is not None
         assert len(receiver.bodies) == 1 and receiver.requests == 1
     finally:
