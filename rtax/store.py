@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,18 @@ import pandas as pd
 import sqlite_utils
 
 from rtax import redaction, summaries
-from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION, build_summaries
+from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 from rtax.store_incidents import IncidentStore
+from rtax.store_sql import RUN_FILTERS as _RUN_FILTERS
+from rtax.store_sql import StoreError
+from rtax.store_sql import insert as _insert
+from rtax.store_sql import limit as _limit
+from rtax.store_sql import select as _select
+from rtax.store_sql import where as _where
+from rtax.store_summaries import SummaryStore
+
+__all__ = ["BUSY_TIMEOUT_S", "Store", "StoreError", "default_busy_timeout_s"]
 
 #: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
 #: timeout). Maintenance (`Store.compact`, `rtax.retention`) holds the lock far less than this.
@@ -64,13 +73,9 @@ WAL_LIMIT_BYTES = 64 * 1024 * 1024
 _INCREMENTAL = 2
 
 
-class StoreError(RuntimeError):
-    """The database can't be used; the message says which file and why."""
-
-
-class Store(IncidentStore):
+class Store(IncidentStore, SummaryStore):
     """One SQLite database of rtax samples. Open one per thread (sqlite's rule). Its
-    incidents and alerts are `rtax.store_incidents`'s."""
+    incidents and alerts are `rtax.store_incidents`'s, its summaries `rtax.store_summaries`'s."""
 
     def __init__(
         self,
@@ -190,92 +195,7 @@ class Store(IncidentStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot save run {run.get('run_id')}: {exc}") from exc
 
-    def _add_summaries(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Merge summary rows into the table (inside the caller's transaction)."""
-        conn = self.db.conn
-        where = " AND ".join(f"[{k}] = ?" for k in _SUMMARY_PK)
-        for row in rows:
-            cursor = conn.execute(
-                f"SELECT * FROM summaries WHERE {where}", [row[k] for k in _SUMMARY_PK]
-            )
-            found = cursor.fetchone()
-            if found is not None:
-                old = dict(zip([d[0] for d in cursor.description], found, strict=True))
-                row = summaries.merge_row(old, row)
-            conn.execute(
-                _insert("summaries", summaries.COLUMNS, "INSERT OR REPLACE"),
-                [row.get(c) for c in summaries.COLUMNS],
-            )
-
-    def rebuild_summaries(self) -> int:
-        """Rewrite the summaries from the raw runs and the rollups (repair, or after rows were
-        written around `save_rollout`, as the synthetic benchmark does); one transaction."""
-        with self._transaction():
-            return build_summaries(self.db)
-
     # -- reading -------------------------------------------------------------------------------
-
-    def summaries(
-        self, *, metrics: Sequence[str] | None = None, since: str | None = None, **filters: Any
-    ) -> pd.DataFrame:
-        """Summary rows (rtax.summaries) for the filters and a window from `since` (all time if
-        None): whole days from the day rows, the whole hours before the first whole day from
-        the hour rows, and the part before the first whole hour summarized from the raw runs
-        started in it (an indexed slice of at most an hour), so the answer covers exactly the
-        window where raw samples remain. Folded history counts by bucket start, as
-        `rtax.retention.window` does."""
-        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-        base = [where.removeprefix("WHERE ")] if where else []
-        if metrics is not None:
-            base.append(f"metric IN ({', '.join('?' for _ in metrics)})")
-            params.extend(metrics)
-        day = summaries.next_start(str(since), "day") if since is not None else None
-        hour = summaries.next_start(str(since), "hour") if since is not None else None
-        parts = [("day", day, None)]
-        if since is not None and hour < day:
-            parts.append(("hour", hour, day))
-        frames = []
-        for bucket, start, end in parts:
-            clauses = [*base, "bucket = ?"]
-            extra: list[Any] = [bucket]
-            for clause, value in (("bucket_start >= ?", start), ("bucket_start < ?", end)):
-                if value is not None:
-                    clauses.append(clause)
-                    extra.append(value)
-            sql = f"SELECT * FROM summaries WHERE {' AND '.join(clauses)}"
-            frames.append(self._frame(sql, [*params, *extra]))
-        if since is not None and str(since) < hour:
-            runs = self.runs(since=since, until=hour, **filters)
-            counts = self._action_rows(list(runs["run_id"])) if not runs.empty else {}
-            rows = summaries.rows_of(runs.to_dict("records"), counts, buckets=("hour",))
-            rows = [r for r in rows if metrics is None or r["metric"] in metrics]
-            frames.append(pd.DataFrame(rows, columns=list(summaries.COLUMNS)))
-        frames = [f for f in frames if not f.empty]
-        if not frames:
-            return pd.DataFrame(columns=list(summaries.COLUMNS))
-        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-
-    def _action_rows(self, run_ids: Sequence[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for start in range(0, len(run_ids), 500):
-            chunk = list(run_ids[start : start + 500])
-            marks = ", ".join("?" for _ in chunk)
-            sql = f"SELECT run_id, count(*) FROM actions WHERE run_id IN ({marks}) GROUP BY 1"
-            out.update(dict(self.db.execute(sql, chunk).fetchall()))
-        return out
-
-    def summary_distinct(self) -> dict[str, list[Any]]:
-        """The values present in the grouping columns over raw and folded history alike (the
-        dashboard's filters), from the summaries: no scan of runs."""
-        out = {}
-        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
-            sql = (
-                f"SELECT DISTINCT [{column}] FROM summaries WHERE metric = ? AND bucket = ? "
-                "ORDER BY 1"
-            )
-            rows = self.db.execute(sql, ["wall_s", "day"]).fetchall()  # every run has one
-            out[column] = [r[0] for r in rows if r[0] is not None]
-        return out
 
     def runs(
         self,
@@ -545,55 +465,3 @@ def _scrubbed(frame: pd.DataFrame, secrets: list[str]) -> pd.DataFrame:
 _ACTION_CONTEXT = ", ".join(
     f"r.{column}" if column == name else f"r.{column} AS {name}" for column, name in ACTION_CONTEXT
 )
-
-_SUMMARY_PK = ("substrate", "mode", "fidelity", "tier", "steps", "toolchain", "bucket")
-_SUMMARY_PK = (*_SUMMARY_PK, "bucket_start", "metric")
-
-_RUN_FILTERS = frozenset(
-    {"substrate", "kind", "mode", "tier", "steps", "fidelity", "status", "run_id"}
-)
-
-
-def _where(filters: dict[str, Any], prefix: str, allowed: frozenset[str]) -> tuple[str, list[Any]]:
-    """A WHERE clause from keyword filters: a value or a list of values per column, plus
-    ``since`` / ``until`` (ISO UTC strings) on started_at. None means "no filter"."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    for key, value in filters.items():
-        if value is None:
-            continue
-        if key == "since":
-            clauses.append(f"{prefix}started_at >= ?")
-            params.append(str(value))
-        elif key == "until":
-            clauses.append(f"{prefix}started_at < ?")
-            params.append(str(value))
-        elif key in allowed:
-            column = "a.phase" if key == "_phase" else f"{prefix}{key}"
-            many = isinstance(value, Iterable) and not isinstance(value, (str, bytes))
-            values = list(value) if many else [value]
-            clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
-            params.extend(values)
-        else:
-            raise StoreError(f"unknown filter {key!r}")
-    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
-def _insert(table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
-    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-
-
-def _select(columns: Sequence[str] | None, known: Sequence[str]) -> str:
-    if columns is None:
-        return "*"
-    unknown = [c for c in columns if c not in known]
-    if unknown:
-        raise StoreError(f"unknown column(s) {', '.join(unknown)}")
-    return ", ".join(f"[{c}]" for c in columns)
-
-
-def _limit(limit: int | None, params: list[Any]) -> str:
-    if limit is None:
-        return ""
-    params.append(int(limit))
-    return " LIMIT ?"
