@@ -13,6 +13,7 @@ filters.sidebar(data.database())
 st.navigation(
     [
         st.Page("pages/overview.py", title="Overview", default=True),
+        st.Page("pages/timeline.py", title="Timeline"),
         st.Page("pages/cold_start.py", title="Cold start"),
         st.Page("pages/decomposition.py", title="Decomposition"),
         st.Page("pages/amortization.py", title="Amortization"),

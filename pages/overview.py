@@ -1,13 +1,31 @@
-"""Overview: per substrate x tier, time-to-first-command and episode percentiles, live."""
+"""Overview: the status board (a card per series), then per substrate x tier the
+time-to-first-command and episode percentiles, live."""
 
 import streamlit as st
 
-from rtax.dashboard import data, filters, style, summarized, tables
+from rtax.dashboard import board, data, filters, style, summarized, tables
 from rtax.sketch import EXACT_LIMIT
 
 st.title("Overview")
 chosen = filters.current()
 db = data.database()
+
+
+@st.fragment(run_every=data.TTL_S)
+def status_board() -> None:
+    cards = data.status_board(db, chosen.key)
+    if not cards:
+        return
+    st.subheader("Status")
+    board.draw(cards)
+    st.caption(
+        "A card per series probed in the last 7 days (the sidebar's substrates, tiers and "
+        "fidelity; not its window: the board is about now). Its state is judged on the newest "
+        "rollouts and open incidents by the [status] rules (docs/alerts.md#status); its "
+        "figures are the last 24 hours', percentiles over successful rollouts with their n; "
+        "the sparkline draws the newest rollouts' time to first command (log scale), "
+        "failures as red ticks."
+    )
 
 
 @st.fragment(run_every=data.TTL_S)
@@ -59,5 +77,6 @@ def spend() -> None:
     style.table(table)
 
 
+status_board()
 live()
 spend()

@@ -26,6 +26,7 @@ from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
+from rtax.status import StatusRules
 from rtax.substrates import REGISTRY, get_substrate, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
@@ -115,6 +116,8 @@ class Config:
     detection: rules.Detection = field(default_factory=rules.Detection)
     #: alert rules and their webhook (docs/alerts.md)
     alerts: rules.Alerts = field(default_factory=rules.Alerts)
+    #: the status board's rules (docs/alerts.md#status)
+    status: StatusRules = field(default_factory=StatusRules)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -190,7 +193,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         problems.append(f"{where}{key}: {message}")
 
     known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    known |= {"detection", "alerts"}
+    known |= {"detection", "alerts", "status"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -411,6 +414,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
     detection = rules.parse_detection(raw.get("detection", {}), bad, duration)
     alerts = rules.parse_alerts(raw.get("alerts", {}), bad, duration, set(substrates))
+    status = rules.parse_status(raw.get("status", {}), bad, duration, set(substrates))
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -427,6 +431,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         metrics,
         detection,
         alerts,
+        status,
     )
 
 

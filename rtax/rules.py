@@ -1,4 +1,4 @@
-"""Detection settings and alert rules: the ``[detection]`` and ``[alerts]`` tables, checked.
+"""Detection settings, alert rules and status rules: ``[detection]``, ``[alerts]``, ``[status]``.
 
 Why a module of their own (docs/alerts.md): what opens an incident must be written down and
 reviewable like the plans, and `rtax.config` stays the file's reader while these tables keep
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rtax.changepoint import Binseg
+from rtax.status import StatusRules
 
 #: The per-series metrics a rule can watch: the two latencies (on successful rollouts), the
 #: success rate, and staleness (time since the last probe of the series).
@@ -260,3 +261,68 @@ def _positive(value: Any) -> bool:
         and math.isfinite(value)
         and value > 0
     )
+
+
+def parse_status(raw: Any, bad: Bad, duration: Duration, substrates: set[str]) -> StatusRules:
+    """The ``[status]`` table (the status board's rules, `rtax.status`); each mistake through
+    `bad`. ``p95_above`` is one duration for every substrate, or a table of substrate names
+    (``"*"``: the others) to durations."""
+    found = StatusRules()
+    if not isinstance(raw, dict):
+        bad("status", "must be a table")
+        return found
+    known = {"samples", "p95_above", "degraded_below", "down_below", "down_after"}
+    known |= {"stale_intervals", "stale_after"}
+    for extra in set(raw) - known:
+        bad(f"status.{extra}", "unknown key")
+    values: dict[str, Any] = {}
+    for key in ("samples", "down_after"):
+        if key in raw:
+            value = raw[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                bad(f"status.{key}", "must be a whole number >= 1")
+            else:
+                values[key] = value
+    for key in ("degraded_below", "down_below"):
+        if key in raw:
+            if _positive(raw[key]) and raw[key] <= 1:
+                values[key] = float(raw[key])
+            else:
+                bad(f"status.{key}", "must be a fraction in (0, 1]")
+    if "stale_intervals" in raw:
+        if _positive(raw["stale_intervals"]):
+            values["stale_intervals"] = float(raw["stale_intervals"])
+        else:
+            bad("status.stale_intervals", "must be a number > 0 (3: three plan intervals)")
+    if "stale_after" in raw:
+        try:
+            values["stale_after_s"] = _positive_duration(raw["stale_after"], duration)
+        except ValueError as exc:
+            bad("status.stale_after", str(exc))
+    if "p95_above" in raw:
+        given = raw["p95_above"]
+        table = given if isinstance(given, dict) else {"*": given}
+        limits: dict[str, float] = {}
+        for name, value in table.items():
+            where = "status.p95_above" + (f".{name}" if isinstance(given, dict) else "")
+            if name != "*" and name not in substrates:
+                bad(where, f"unknown substrate {name!r} (define it in [[substrates]])")
+                continue
+            try:
+                limits[name] = _positive_duration(value, duration)
+            except ValueError as exc:
+                bad(where, str(exc))
+        values["p95_above_s"] = limits
+    rules = replace(found, **values)
+    if rules.down_below > rules.degraded_below:
+        bad("status.down_below", f"must be at most degraded_below ({rules.degraded_below})")
+    if rules.down_after > rules.samples:
+        bad("status.down_after", f"must be at most samples ({rules.samples})")
+    return rules
+
+
+def _positive_duration(value: Any, duration: Duration) -> float:
+    seconds = duration(value)
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return seconds

@@ -156,3 +156,21 @@ class SummaryStore:
         raw runs by age, so raw samples cover exactly the history from here on."""
         row = self.db.execute("SELECT min(started_at) FROM runs").fetchone()
         return row[0] if row else None
+
+    def summary_span(self, since: str | None = None, **filters: Any) -> tuple[str, str] | None:
+        """(the first day with a run, the newest run's start) for the filters, over raw and
+        folded history alike (None: no run), from the day rows: how much history a timeline
+        has to show."""
+        clause, params = where(filters, prefix="", allowed=RUN_FILTERS)
+        clauses = [clause.removeprefix("WHERE ")] if clause else []
+        clauses += ["metric = ?", "bucket = ?"]
+        params += ["wall_s", "day"]
+        if since is not None:
+            clauses.append("bucket_start >= ?")
+            params.append(summaries.start_of(str(since), "day"))
+        sql = (
+            "SELECT min(bucket_start), max(last_started_at) FROM summaries "
+            f"WHERE {' AND '.join(clauses)}"
+        )
+        first, last = self.db.execute(sql, params).fetchone()
+        return (first, last) if first is not None else None

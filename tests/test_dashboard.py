@@ -21,6 +21,7 @@ from rtax.store import Store
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
     "pages/overview.py": "Overview",
+    "pages/timeline.py": "Timeline",
     "pages/cold_start.py": "Cold start",
     "pages/decomposition.py": "Decomposition",
     "pages/amortization.py": "Amortization",

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax import paths, stats, summaries
+from rtax import paths, stats, status, summaries, timeline
+from rtax.incidents import series_key, stamp
 from rtax.record import PAGE_COLUMNS, RUN_COLUMNS
 from rtax.store import Store, StoreError
 
@@ -206,3 +207,120 @@ def csv_of(db: str, key: FilterKey, table: str) -> bytes:
 
 def frame_csv(frame: pd.DataFrame) -> bytes:
     return frame.to_csv(index=False).encode()
+
+
+def _configuration() -> Any:
+    """The configuration (plans and status rules), or None without a valid one."""
+    from rtax import config
+
+    try:
+        return config.load()
+    except config.ConfigError:
+        return None
+
+
+#: Series not probed for this long leave the status board (as they leave detection).
+BOARD_LOOKBACK = timedelta(days=7)
+#: The newest rollouts per series a card's sparkline draws (within the last day).
+SPARK_POINTS = 96
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def status_board(db: str, key: FilterKey) -> list[status.Card]:
+    """A card per series probed in the last week (the sidebar's substrates, tiers and
+    fidelities; its window does not apply: the board is about now), judged by the
+    configuration's ``[status]`` rules (docs/alerts.md#status)."""
+    store = _open(db)
+    if store is None:
+        return []
+    configuration = _configuration()
+    rules = configuration.status if configuration is not None else status.StatusRules()
+    plans = configuration.plans if configuration is not None else ()
+    now = datetime.now(UTC)
+    filters = {k: v for k, v in _query(key).items() if k != "since"}
+    series = list(status.SERIES)
+    with store:
+        week = store.summaries(metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters)
+        if week.empty:
+            return []
+        seen = (
+            week.assign(steps=week["steps"].astype(int))
+            .groupby(series, as_index=False, dropna=False)["last_started_at"]
+            .max()
+            .rename(columns={"last_started_at": "last"})
+        )
+        day_rows = store.summaries(
+            metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
+        )
+        day = summaries.combine(day_rows, [*series, "metric"])
+        if not day.empty:
+            day["runs"] = day["attempts"]
+            day["p50"] = [s.quantile(50) for s in day["sketch"]]
+            day["p95"] = [s.quantile(95) for s in day["sketch"]]
+        incidents = store.open_incidents()
+
+        def recent(row: Any) -> pd.DataFrame:
+            wanted = {c: row[c] for c in series}
+            wanted["steps"] = int(row["steps"])
+            limit = max(rules.samples, SPARK_POINTS)
+            return store.runs(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
+
+        return status.cards(seen, day, recent, incidents, plans, rules, now, series_key)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def timeline_span(db: str, key: FilterKey) -> float | None:
+    """Seconds of history the filters cover (from the first day with a run to now, or the
+    window when shorter); None without runs."""
+    store = _open(db)
+    if store is None:
+        return None
+    query = _query(key)
+    with store:
+        found = store.summary_span(**query)
+    if found is None:
+        return None
+    first = datetime.fromisoformat(found[0])
+    if query.get("since"):
+        first = max(first, datetime.fromisoformat(query["since"]))
+    return max((datetime.now(UTC) - first).total_seconds(), 0.0)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def timeline_points(db: str, key: FilterKey, column: str, bucket: str) -> pd.DataFrame:
+    """The timeline's points (`rtax.timeline.COLUMNS`) of one metric and bucket: from the
+    summaries for hours and days; for five minutes from the raw runs of the last
+    `timeline.RAW_SPAN_S`, continued before them by the hourly summaries."""
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame(columns=timeline.COLUMNS)
+    query = _query(key)
+    since = query.pop("since", None)
+    with store:
+        if bucket in timeline.SUMMARY_BUCKET:
+            grain = timeline.SUMMARY_BUCKET[bucket]
+            rows = store.summary_buckets(grain, metrics=[column], since=since, **query)
+            return timeline.from_summaries(rows, column, grain)
+        cut = stamp(datetime.now(UTC) - timedelta(seconds=timeline.RAW_SPAN_S))
+        raw_since = max(since, cut) if since else cut
+        oldest = store.oldest_raw_start()
+        raw_from = max(oldest, raw_since) if oldest else None
+        columns = [*status.SERIES, "started_at", "status", "error_class", column]
+        runs = store.runs(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
+        raw = timeline.from_runs(runs, column, timeline.BUCKETS[bucket])
+        until = summaries.start_of(raw_from) if raw_from else None
+        hourly_rows = store.summary_buckets(
+            "hour", metrics=[column], since=since, until=until, **query
+        )
+        hourly = timeline.from_summaries(hourly_rows, column, "hour")
+    return timeline.continuous(raw, hourly, raw_from)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
+    """The newest incidents, open and resolved."""
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame()
+    with store:
+        return store.incidents(limit=limit)

@@ -1,0 +1,71 @@
+"""Timeline: p50, p95 and success rate over time per series, with failures, change points and
+incidents drawn on the chart."""
+
+from datetime import UTC, datetime
+
+import pandas as pd
+import streamlit as st
+
+from rtax import timeline
+from rtax.dashboard import data, figures, filters, style, tables
+
+st.title("Timeline")
+chosen = filters.current()
+db = data.database()
+span = data.timeline_span(db, chosen.key)
+if span is None:
+    st.info(tables.EMPTY_HINT)
+    st.stop()
+
+left, middle, right = st.columns([2, 1, 3])
+metric = left.selectbox("Metric", list(timeline.METRICS), key="t_metric")
+buckets = list(timeline.BUCKETS)
+bucket = middle.selectbox(
+    "Bucket",
+    buckets,
+    index=buckets.index(timeline.default_bucket(span)),
+    key="t_bucket",
+    help="5 min reads the raw samples of the last 7 days and goes on with hourly summaries "
+    "before them; 1 h and 1 d read the summaries, raw and folded history alike.",
+)
+column = timeline.METRICS[metric]
+points = data.timeline_points(db, chosen.key, column, bucket)
+labels = sorted(points["series"].unique()) if not points.empty else []
+picked = right.multiselect(
+    "Series", labels, default=labels[:8], key="t_series", placeholder="choose series"
+)
+
+
+@st.fragment(run_every=data.TTL_S)
+def chart() -> None:
+    shown = data.timeline_points(db, chosen.key, column, bucket)
+    shown = shown[shown["series"].isin(picked)] if not shown.empty else shown
+    if shown.empty:
+        st.info("No points for these series in the window.")
+        return
+    keys = dict(zip(shown["key"], shown["series"], strict=False))
+    incidents = data.incident_list(db)
+    spans = timeline.spans(incidents, keys, pd.Timestamp(datetime.now(UTC)))
+    st.plotly_chart(figures.timeline(shown, spans, metric), width="stretch")
+    sources = ", ".join(sorted(shown["source"].unique()))
+    st.caption(
+        f"{int(shown['runs'].sum())} rollouts in {len(shown)} points of {bucket} "
+        f"({sources}) for: {chosen.describe()}. Solid: p50, dashed: p95, over successful "
+        "rollouts (hover for n and the bucket); below, the success rate of every rollout the "
+        "substrate answers for (rtax's own harness errors left out), failed buckets marked x. "
+        "Shaded: incidents from their change point (dotted) to their end; red while open."
+    )
+    if spans:
+        st.subheader("Incidents")
+        frame = pd.DataFrame(spans)[["id", "series", "metric", "state", "start", "end"]]
+        details = incidents.set_index("id")
+        for name in ("before_p50", "after_p50", "magnitude", "detail"):
+            frame[name] = frame["id"].map(details[name]) if name in details else None
+        frame["end"] = [
+            e if s == "resolved" else pd.NaT
+            for e, s in zip(frame["end"], frame["state"], strict=True)
+        ]
+        style.table(frame.sort_values("id", ascending=False))
+
+
+chart()

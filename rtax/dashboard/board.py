@@ -1,0 +1,80 @@
+"""The Overview's status board: a card per series (`rtax.status.Card`), drawn as Streamlit
+containers with an inline SVG sparkline.
+
+Why plain containers and SVG (docs/dashboard.md#status-board): dozens of cards must paint in
+milliseconds, and a card is read at a glance: state first (coloured, with why), then the last
+probe's age and the day's figures, each percentile with its `n`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import streamlit as st
+
+from rtax import status
+
+#: Streamlit's colour names for each state's badge.
+COLORS = {"up": "green", "degraded": "orange", "down": "red", "stale": "gray"}
+#: Cards per row.
+PER_ROW = 4
+
+
+def duration(seconds: float | None) -> str:
+    """ms below a second, then s with three significant digits; blank when unknown."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7_200:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86_400:.1f} d ago"
+
+
+def summary(cards: Sequence[status.Card]) -> str:
+    """One line: how many series are in each state."""
+    counts = {s: sum(1 for c in cards if c.state == s) for s in status.STATES}
+    parts = [f":{COLORS[s]}[{counts[s]} {s}]" for s in status.STATES if counts[s]]
+    return f"{len(cards)} series: " + ", ".join(parts)
+
+
+def figures(card: status.Card) -> str:
+    """The card's figures as one markdown block."""
+    if card.runs_24h:
+        rate = f"{card.success_24h:.1%}" if card.success_24h is not None else ""
+        success = f"success {rate} of {card.runs_24h} (24 h)"
+    else:
+        success = "no rollouts in 24 h"
+    if card.ttfc_n:
+        ttfc = (
+            f"first command p50 {duration(card.ttfc_p50_s)} · p95 "
+            f"{duration(card.ttfc_p95_s)} (n={card.ttfc_n})"
+        )
+    else:
+        ttfc = "first command: no successful rollout in 24 h"
+    return f"last probe {age(card.last_age_s)}  \n{success}  \n{ttfc}"
+
+
+def draw(cards: Sequence[status.Card]) -> None:
+    """The board: `PER_ROW` cards a row, the worst states first."""
+    st.markdown(summary(cards))
+    for start in range(0, len(cards), PER_ROW):
+        columns = st.columns(PER_ROW)
+        for column, card in zip(columns, cards[start : start + PER_ROW], strict=False):
+            with column.container(border=True):
+                color = COLORS[card.state]
+                st.markdown(f"**{card.label}**  \n:{color}[● **{card.state}**]")
+                if card.reasons:
+                    st.caption("; ".join(card.reasons))
+                st.markdown(figures(card))
+                st.markdown(status.sparkline(card.spark), unsafe_allow_html=True)
