@@ -236,8 +236,9 @@ def sparkline(
             )
     body = "".join(m if "circle" in m or "polyline" in m else _red(m) for m in marks)
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="sparkline">{body}</svg>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" height="{height}" '
+        f'viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="sparkline">{body}</svg>'
     )
 
 

@@ -11,9 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,47 +20,10 @@ from rtax import alerts, monitor, redaction
 from rtax.rules import Alerts, Detection, Rule
 from rtax.store import Store
 from tests.factories import make_record
+from webhook import Receiver
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SLOW = Rule("slow", "time_to_first_command", "p95_above", 2.0, samples=1)
-
-
-class Receiver:
-    """An HTTP server in a thread that records every JSON body it is posted; `status` is what
-    it answers, and `hold` (when set) makes it wait before answering."""
-
-    def __init__(self, port: int = 0) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.requests = 0
-        self.status = 200
-        self.hold: threading.Event | None = None
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                receiver.requests += 1
-                data = self.rfile.read(int(self.headers["Content-Length"]))
-                if receiver.hold is not None:
-                    receiver.hold.wait(10)
-                if receiver.status == 200:
-                    receiver.bodies.append(json.loads(data))
-                self.send_response(receiver.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        if self.hold is not None:
-            self.hold.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -5,34 +5,22 @@ downloaded and read back. Screenshots go to $RTAX_ARTIFACTS (default test-artifa
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from browser import ROOT, chromium, dashboard
 from factories import make_record
 from rtax.store import Store
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 #: url path -> (title, minimum number of Plotly charts on a seeded database)
 PAGES = {
     "": ("Overview", 0),
+    "timeline": ("Timeline", 1),
     "cold_start": ("Cold start", 2),
     "decomposition": ("Decomposition", 1),
     "amortization": ("Amortization", 2),
@@ -41,23 +29,10 @@ PAGES = {
 }
 
 
-def _need(condition: bool, reason: str) -> None:
-    if condition:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI requires the browser test: {reason}")
-    pytest.skip(f"{reason}; `make test` as root installs it")
-
-
 @pytest.fixture(scope="module")
 def browser():
-    _need(Path(CHROMIUM).exists(), "Debian's chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -112,45 +87,10 @@ def seeded_db(tmp_path_factory) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(seeded_db: Path) -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "RTAX_DB": str(seeded_db)}
-    env.pop("RTAX_DASHBOARD_ADDRESS", None)
-    # the launcher `make run` uses, on its default address (127.0.0.1)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtax", "dashboard", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "streamlit did not answer within 60 s"
-            time.sleep(0.2)  # polling the health endpoint with a deadline
+    with dashboard({"RTAX_DB": str(seeded_db)}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,188 @@
+"""The live monitor end to end (issue 13's acceptance): real rollouts on the Daytona emulation
+(the real SDK over real HTTP, every sandbox a real container), a slowdown injected into its
+sandbox start, the scheduler's detection pass after every rollout, webhook alerts posted to a
+real HTTP receiver, and the status board and the Timeline in real headless Chromium: a
+degraded card and an open incident's marker while the slowdown lasts, both clear once it
+stops, and exactly one alert per incident event."""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from browser import ROOT, chromium, dashboard
+from rtax import alerts, monitor, workloads
+from rtax.changepoint import Binseg
+from rtax.emulation.daytona import DaytonaEmulation
+from rtax.probe import run_rollout
+from rtax.rules import Alerts, Detection, Rule
+from rtax.store import Store
+from rtax.substrates import get_substrate
+from webhook import Receiver
+
+ARTIFACTS = Path(os.environ.get("RTAX_ARTIFACTS", ROOT / "test-artifacts")) / "screenshots"
+#: How much later every sandbox starts while the slowdown lasts.
+SLOWDOWN_S = 1.5
+RULE = Rule("ttfc-change", "time_to_first_command", "change_above", 1.5)
+DETECTION = Detection(window=60, latency=Binseg(min_segment=4), recovery_samples=4)
+
+
+@pytest.fixture(scope="module")
+def emulation(runner_image: str) -> Iterator[DaytonaEmulation]:
+    with DaytonaEmulation(image=runner_image) as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def daytona(emulation: DaytonaEmulation) -> Iterator[Any]:
+    sub = get_substrate("daytona", **emulation.substrate_params(), rate_limit_base_s=0.01)
+    yield sub
+    sub.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as b:
+        yield b
+
+
+class Monitor:
+    """Rollouts stored one by one, each followed by the scheduler's detection pass, with the
+    scheduler's notifier posting to the receiver."""
+
+    def __init__(self, db: Path, substrate: Any, receiver: Receiver) -> None:
+        self.db = db
+        self.substrate = substrate
+        self.settings = Alerts(webhook=receiver.url, rules=(RULE,))
+        self.config = SimpleNamespace(detection=DETECTION, alerts=self.settings)
+        self.notifier = alerts.start(db, self.settings)
+        self.opened: list[int] = []
+        self.resolved: list[int] = []
+        self.ttfc: list[float] = []
+        self.n = 0
+
+    def rollouts(self, count: int) -> None:
+        for _ in range(count):
+            self.n += 1
+            record = run_rollout(self.substrate, workloads.build("T0"), run_id=f"live-{self.n}")
+            assert record.ok, record.run
+            self.ttfc.append(float(record.run["time_to_first_command_s"]))
+            with Store(self.db) as store:
+                store.save_rollout(record)
+            report = monitor.run(
+                lambda: Store(self.db), self.config, self.notifier, logging.getLogger("test")
+            )
+            assert report is not None
+            self.opened += report.opened
+            self.resolved += report.resolved
+
+
+def _until(page: Any, check: Any, what: str, timeout_s: float = 90.0) -> None:
+    """Reload `page` until `check(page)` holds (the dashboard caches reads for 10 s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.wait_for_load_state("networkidle")
+        if check(page):
+            return
+        if time.monotonic() > deadline:
+            page.screenshot(path=str(ARTIFACTS / "live-monitor-timeout.png"), full_page=True)
+            raise AssertionError(f"the dashboard never showed {what}: {page.inner_text('body')}")
+        page.wait_for_timeout(2_000)  # the poll interval of a deadline, not a synchronisation
+        page.reload()
+
+
+def _state(page: Any) -> str:
+    """The card's heading (its series and state) and the reasons below it."""
+    page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=60_000)
+    card = page.get_by_test_id("stMarkdownContainer").filter(has_text="daytona [emulated] · T0")
+    if not card.count():
+        return ""
+    reasons = page.get_by_test_id("stCaptionContainer").all_inner_texts()
+    return " ".join([card.first.inner_text(), *reasons])
+
+
+def _markers(page: Any) -> list[str]:
+    page.get_by_role("heading", name="Timeline", level=1).wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    return page.locator(".js-plotly-plot .annotation-text").all_text_contents()  # SVG text
+
+
+def test_a_slowdown_degrades_the_board_marks_the_timeline_alerts_once_and_clears(
+    tmp_path: Path, daytona: Any, emulation: DaytonaEmulation, browser: Any
+) -> None:
+    db = tmp_path / "rtax.db"
+    receiver = Receiver()
+    live = Monitor(db, daytona, receiver)
+    try:
+        live.rollouts(10)  # the baseline
+        assert live.opened == []
+        base = statistics.median(live.ttfc)  # the first rollout may be a cold outlier
+        limit = base + SLOWDOWN_S / 2
+        config = tmp_path / "rtax.toml"
+        config.write_text(
+            f'database = "{db}"\n[[substrates]]\nname = "local"\nkind = "local"\n'
+            f'[status]\nsamples = 4\np95_above = {{ "*" = "{limit:.3f}s" }}\n'
+        )
+        emulation.faults.delay("start", SLOWDOWN_S, times=None)
+        live.rollouts(8)
+        assert statistics.median(live.ttfc[10:]) > base + SLOWDOWN_S * 0.8  # it was slower
+        assert len(live.opened) == 1, live.opened
+        incident = live.opened[0]
+        env = {"RTAX_DB": str(db), "RTAX_CONFIG": str(config)}
+        with dashboard(env) as url:
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            try:
+                page.goto(url)
+                _until(page, lambda p: "degraded" in _state(p), "a degraded card")
+                text = _state(page)
+                assert "1 open incident" in text and "p95 time-to-first-command" in text
+                page.goto(f"{url}/timeline")
+                _until(
+                    page,
+                    lambda p: f"incident #{incident} · open" in _markers(p),
+                    "the open incident's marker",
+                )
+                # the receiver got the opened alert, once
+                _wait(lambda: len(receiver.bodies) >= 1, "the opened alert")
+                emulation.faults.clear()  # the slowdown stops
+                live.rollouts(8)
+                assert live.resolved == [incident] and live.opened == [incident]
+                page.goto(url)
+                _until(page, lambda p: "● up" in _state(p), "the card back up")
+                page.goto(f"{url}/timeline")
+                _until(
+                    page,
+                    lambda p: f"incident #{incident} · resolved" in _markers(p),
+                    "the incident resolved",
+                )
+                assert not [m for m in _markers(page) if m.endswith("· open")]
+                assert page.locator('[data-testid="stException"]').count() == 0
+            finally:
+                page.close()
+        _wait(lambda: len(receiver.bodies) >= 2, "the resolved alert")
+        events = [(b["event"], b["incident"]["id"]) for b in receiver.bodies]
+        assert events == [("opened", incident), ("resolved", incident)]
+        opened = receiver.bodies[0]
+        assert opened["incident"]["metric"] == "time_to_first_command"
+        assert opened["incident"]["magnitude"] >= 1.5
+        assert opened["text"].startswith("rtax incident opened: daytona T0 S=0 exec emulated")
+    finally:
+        if live.notifier is not None:
+            live.notifier.stop()
+        receiver.close()
+        emulation.faults.clear()
+
+
+def _wait(check: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.1)  # polling with a deadline
