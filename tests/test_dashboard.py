@@ -548,3 +548,7 @@ def test_projection_turns_limits_and_prices_into_floor_billed_and_dollars(
     at.number_input(key="proj_pool_size").set_value(10).run()
     row = at.dataframe[-1].value.iloc[0]
     assert row["billed_hours"] * 3600 == pytest.approx(19_000)
+    # a pool as large as the account's concurrency leaves no slot for a rollout: said, not run
+    at.number_input(key="proj_pool_size").set_value(100).run()
+    _ok(at, "Projection")
+    assert at.dataframe[-1].value.iloc[0]["binding"] == "a pool of 100 takes all 100 slots"
