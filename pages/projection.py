@@ -4,8 +4,8 @@ import math
 
 import streamlit as st
 
-from rtax import projection, reference
-from rtax.dashboard import data, figures, filters, style, summarized, tables
+from rtax import makespan, poolmodel, projection, reference, stats
+from rtax.dashboard import data, figures, filters, fleet, style, summarized, tables
 from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
@@ -104,3 +104,140 @@ st.caption(
     + "; ".join(reference.HEADLINES)
     + f". Source: {reference.SOURCE}."
 )
+
+# -- Fleet planning: warm pools, tail-aware step time, limits and prices ---------------------
+# Raw samples (the newest runs of the window) feed the two models that resample them.
+sample = filters.for_comparison(data.newest_runs(data.database(), chosen.key), chosen)
+st.header("Fleet planning")
+st.caption(
+    f"The models resample the raw samples of the newest {data.DISTRIBUTION_ROWS:,} runs of the "
+    "window (successful runs only); docs/measurement.md#warm-pool-model and "
+    "#tail-aware-step-time say how."
+)
+
+st.subheader("Size a warm pool")
+cold = fleet.samples(sample, "time_to_first_command_s")
+if not cold:
+    st.info("No cold starts measured yet: run `rtax probe --tier T0` on a substrate.")
+else:
+    p1, p2, p3 = st.columns(3)
+    pool_series = p1.selectbox(
+        "Cold starts of",
+        list(cold),
+        format_func=lambda s: f"{s} (n={cold[s].size})",
+        key="proj_pool_series",
+    )
+    pool_size = p2.number_input("Pool size", 0, 10_000, 10, key="proj_pool_size")
+    refill = p3.number_input("Refill concurrency", 1, 10_000, 4, key="proj_pool_refill")
+    q1, q2, q3, q4 = st.columns(4)
+    shape = q1.selectbox("Load shape", poolmodel.SHAPES, index=2, key="proj_pool_shape")
+    claims = q2.number_input("Claims", 1, 5_000, 50, key="proj_pool_claims")
+    every_ms = q3.number_input(
+        "Every (ms)",
+        1.0,
+        3_600_000.0,
+        100.0,
+        key="proj_pool_every_ms",
+        help="staggered: one claim every this many ms; sequential: the time one rollout holds "
+        "its environment; burst: unused",
+    )
+    claim_ms = q4.number_input("Claim cost (ms)", 0.0, 60_000.0, 0.0, key="proj_pool_claim_ms")
+    pool = poolmodel.simulate(
+        cold[pool_series],
+        poolmodel.arrivals(shape, int(claims), every_ms / 1000),
+        int(pool_size),
+        int(refill),
+        claim_s=claim_ms / 1000,
+    )
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Claim p50", f"{pool.p50_s:,.3f} s")
+    m2.metric("Claim p95", f"{pool.p95_s:,.3f} s")
+    m3.metric("Chance the pool drains", f"{pool.drain_probability:.0%}")
+    m4.metric("Mean wait", f"{pool.mean_wait_s:,.3f} s")
+    st.caption(
+        f"Predicted from n={cold[pool_series].size} measured cold starts (time to first "
+        f"command) of {pool_series}, cold p50 {stats.percentile(cold[pool_series], 50):,.3f} s; "
+        f"{pool.n:,} simulated claims (200 seeded repeats). A claim that finds the pool empty "
+        "waits, first come first served, for the next environment to become ready."
+    )
+
+st.subheader("Tail-aware step time")
+shapes = fleet.workloads(sample)
+if not shapes:
+    st.info("No rollouts measured yet: run `rtax probe --tier T2 --steps 10`.")
+else:
+    s1, s2, s3, s4 = st.columns(4)
+    tier, length = s1.selectbox(
+        "Rollouts",
+        shapes,
+        format_func=lambda w: stats.workload_label(*w),
+        key="proj_step_workload",
+    )
+    durations = fleet.samples(sample, "episode_s", tier=tier, steps=length)
+    step_series = s2.selectbox(
+        "Of",
+        list(durations),
+        format_func=lambda s: f"{s} (n={durations[s].size})",
+        key="proj_step_series",
+    )
+    batch = s3.number_input("Prompts per step (B)", 1, 100_000, 32, key="proj_step_batch")
+    group = s4.number_input("Samples per prompt (G)", 1, 1_000, 8, key="proj_step_group")
+    oversample = st.number_input(
+        "Over-sampling x (launch B·G·(1 + x), keep the first B·G)",
+        0.0,
+        10.0,
+        0.0,
+        0.05,
+        key="proj_step_oversample",
+    )
+    step = makespan.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
+    n1, n2, n3 = st.columns(3)
+    n1.metric(
+        "Expected step time (E[max])",
+        f"{step.expected_s:,.2f} s",
+        help=f"{step.confidence:.0%} bootstrap interval {step.low_s:,.2f}–{step.high_s:,.2f} s",
+    )
+    n2.metric("Naive: the mean rollout", f"{step.mean_s:,.2f} s")
+    n3.metric("Launched per step", f"{step.launched:,}", help=f"keeps {step.rollouts:,}")
+    st.caption(
+        f"{step.confidence:.0%} interval {step.low_s:,.2f}–{step.high_s:,.2f} s, from n={step.n} "
+        f"measured rollouts of {step_series}; a step of B·G = {step.rollouts:,} waits for the "
+        "slowest, so the tail, not the median, sets it."
+    )
+    if step.rollouts > step.n:
+        st.warning(
+            f"B·G = {step.rollouts:,} exceeds the n = {step.n} measured rollouts: the estimate "
+            "cannot exceed the slowest one measured and understates a tail not yet seen."
+        )
+
+st.subheader("Limits, prices and dollars")
+PLAN_METRICS = ("wall_s", "actions_s", "time_to_first_command_s")
+substrates = data.configured_substrates()
+if not fleet.configured(substrates):
+    st.info(
+        "No limits or prices are configured: add `limits` and `prices` (each price with its "
+        "source and date) to a `[[substrates]]` entry (docs/configuration.md#limits-and-prices)."
+    )
+else:
+    plan = fleet.plan_costs(
+        filters.for_comparison(data.summary(data.database(), chosen.key, PLAN_METRICS), chosen),
+        substrates,
+        trajectories=int(trajectories),
+        steps=int(steps),
+        workers=int(workers),
+        pool_size=int(pool_size) if cold else 0,
+    )
+    if plan.empty:
+        st.info(
+            f"No configured substrate has runs of {int(steps)} actions: run "
+            f"`rtax probe --tier T2 --steps {int(steps)}` on one."
+        )
+    else:
+        style.table(plan)
+        st.caption(
+            f"{int(trajectories):,} trajectories of {int(steps)} actions on {int(workers):,} "
+            "workers, a warm pool of the size above. Floor: the slowest of the create rate, the "
+            "concurrency limit and the workers. Billed: create request to verified deletion per "
+            "rollout (mean wall) plus the pool's idle environments; useful: the actions. "
+            "Dollars count only the prices set (`prices_unset` lists the others)."
+        )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, redaction, rules, workloads
+from rtax import paths, pricing, redaction, rules, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
@@ -41,6 +41,8 @@ _SUBSTRATE_KEYS = frozenset(
         "max_rollouts_per_day",
         "max_env_minutes_per_day",
         "emulate",
+        "limits",
+        "prices",
     }
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
@@ -68,6 +70,9 @@ class SubstrateConfig:
     max_env_minutes_per_day: float | None = None
     #: probe the local emulation of this kind (docs/emulations.md), never the real service
     emulate: bool = False
+    #: the account's limits and the prices, each with source and date (rtax/pricing.py)
+    limits: pricing.Limits = field(default_factory=pricing.Limits)
+    prices: pricing.Prices = field(default_factory=pricing.Prices)
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             budget if isinstance(budget, int) else None,
             float(minutes) if minutes is not None else None,
             emulate is True,
+            pricing.parse_limits(entry.get("limits"), f"{key}.limits", bad),
+            pricing.parse_prices(entry.get("prices"), f"{key}.prices", bad),
         )
 
     plans: list[Plan] = []

@@ -191,7 +191,7 @@ def test_projection_totals_use_the_mean_and_p50_is_a_what_if(skewed: Path, monke
     assert row["worker_hours"] * 3600 == pytest.approx(3_250.0)
     assert row["basis"] == "measured mean at S=150"
     assert any("N × mean" in c.value for c in at.caption)  # the page says why
-    assert not at.warning
+    assert not any("What-if" in w.value for w in at.warning)
     at.segmented_control(key="proj_stat").set_value("p50").run()
     row = at.dataframe[0].value.iloc[0]
     assert row["worker_hours"] * 3600 == pytest.approx(1_000.0)
@@ -432,3 +432,124 @@ def test_disclosed_is_the_5_percent_rule() -> None:
     runs = pd.DataFrame({"create_res_s": [None, 0.1], "ready_res_s": [None, 0.02]})
     assert math.isnan(tables.resolution_of(runs, "time_to_first_command_s")[0])
     assert tables.resolution_of(runs, "time_to_first_command_s")[1] == pytest.approx(0.12)
+
+
+def _fleet_db(tmp_path: Path) -> Path:
+    """docker: seven cold starts (time to first command) of exactly 1 s: five T0 runs and two
+    10-action trajectories of 1 s and 10 s whose wall is 10 s and actions 6 s on average."""
+    db = tmp_path / "fleet.db"
+    with Store(db) as store:
+        for i in range(5):
+            store.save_rollout(
+                _record(i, "docker", "T0", 0, 1.5, kind="docker", time_to_first_command_s=1.0)
+            )
+        for i, (episode, wall, actions, ttfc) in enumerate(
+            ((1.0, 8.0, 5.0, 1.0), (10.0, 12.0, 7.0, 1.0))
+        ):
+            store.save_rollout(
+                _record(
+                    10 + i,
+                    "docker",
+                    "T2",
+                    10,
+                    episode,
+                    kind="docker",
+                    wall_s=wall,
+                    actions_s=actions,
+                    time_to_first_command_s=ttfc,
+                )
+            )
+    return db
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_projection_sizes_a_warm_pool_from_the_measured_cold_starts(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Cold starts of exactly 1 s, 2 ready, a burst of 5, one refill at a time: the claims
+    wait [0, 0, 1, 2, 3] s in every repeat, so over the 200 repeats pooled p50 = 1 s and
+    p95 = 3 s, the pool always drains and the mean wait is 1.2 s."""
+    monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))
+    at = _app(_fleet_db(tmp_path), monkeypatch, "pages/projection.py")
+    _ok(at, "Projection")
+    at.number_input(key="proj_pool_size").set_value(2)
+    at.number_input(key="proj_pool_refill").set_value(1)
+    at.number_input(key="proj_pool_claims").set_value(5)
+    at.selectbox(key="proj_pool_shape").set_value("burst").run()
+    assert at.selectbox(key="proj_pool_series").value == "docker"
+    assert _metric(at, "Claim p50") == "1.000 s" and _metric(at, "Claim p95") == "3.000 s"
+    assert _metric(at, "Chance the pool drains") == "100%"
+    assert _metric(at, "Mean wait") == "1.200 s"
+    assert any("n=7 measured cold starts" in c.value for c in at.caption)
+    at.number_input(key="proj_pool_size").set_value(5).run()  # a pool as large as the burst
+    assert _metric(at, "Chance the pool drains") == "0%"
+
+
+def test_projection_step_time_is_the_expected_max_beside_the_mean(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Rollouts of 1 s and 10 s: a step of 2 waits 1/4 x 1 + 3/4 x 10 = 7.75 s, against a
+    naive 5.5 s; launching 3 and keeping the first 2 brings it to 5.5 s."""
+    monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))
+    at = _app(_fleet_db(tmp_path), monkeypatch, "pages/projection.py")
+    at.selectbox(key="proj_step_workload").set_value(("T2", 10))
+    at.number_input(key="proj_step_batch").set_value(1)
+    at.number_input(key="proj_step_group").set_value(2).run()
+    assert _metric(at, "Expected step time (E[max])") == "7.75 s"
+    assert _metric(at, "Naive: the mean rollout") == "5.50 s"
+    assert not any("measured rollouts" in w.value for w in at.warning)
+    at.number_input(key="proj_step_oversample").set_value(0.5).run()
+    assert _metric(at, "Expected step time (E[max])") == "5.50 s"
+    assert _metric(at, "Launched per step") == "3"
+    at.number_input(key="proj_step_batch").set_value(4).run()  # B·G = 8 > n = 2
+    assert any("exceeds the n = 2 measured" in w.value for w in at.warning)
+
+
+def test_projection_without_limits_or_prices_says_so(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))
+    at = _app(_fleet_db(tmp_path), monkeypatch, "pages/projection.py")
+    assert any("No limits or prices are configured" in i.value for i in at.info)
+
+
+def test_projection_turns_limits_and_prices_into_floor_billed_and_dollars(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """1,000 trajectories of 10 actions on 10 workers, no pool, mean wall 10 s and actions 6 s:
+    floors 1,000 / 5 = 200 s (creates), 10,000 / 100 = 100 s (concurrency), 10,000 / 10 =
+    1,000 s (workers: binding); billed 10,000 s, useful 6,000 s; 2 vCPU x $0.05 + 4 GiB x
+    $0.01 = $0.14 per hour x 10,000 / 3,600 h = $0.3889, $388.89 per million."""
+    conf = tmp_path / "rtax.toml"
+    conf.write_text(
+        '[[substrates]]\nname = "docker"\nkind = "docker"\n'
+        "limits = { max_concurrent = 100, creates_per_s = 5 }\n"
+        "[substrates.prices]\nvcpus = 2\nmemory_gib = 4\n"
+        'per_vcpu_hour = { usd = 0.05, source = "https://example.invalid/p", date = 2026-01-02 }\n'
+        'per_gib_hour = { usd = 0.01, source = "https://example.invalid/p", date = 2026-01-02 }\n'
+    )
+    monkeypatch.setenv("RTAX_CONFIG", str(conf))
+    at = _app(_fleet_db(tmp_path), monkeypatch, "pages/projection.py")
+    at.number_input(key="proj_trajectories").set_value(1_000)
+    at.number_input(key="proj_steps").set_value(10)
+    at.number_input(key="proj_workers").set_value(10)
+    at.number_input(key="proj_pool_size").set_value(0).run()
+    _ok(at, "Projection")
+    row = at.dataframe[-1].value.iloc[0]
+    assert (row["series"], row["n"], row["binding"]) == ("docker", 2, "workers")
+    assert row["floor_hours"] * 3600 == pytest.approx(1_000)
+    assert row["billed_hours"] * 3600 == pytest.approx(10_000)
+    assert row["useful_hours"] * 3600 == pytest.approx(6_000)
+    assert row["useful_share"] == pytest.approx(0.6)
+    assert row["usd"] == pytest.approx(0.14 * 10_000 / 3600)
+    assert row["usd_per_million"] == pytest.approx(388.89, abs=0.01)
+    assert row["prices_unset"] == "per_instance_hour, per_request"
+    # a pool of 10 over the 1,000 s floor adds 10 x 1,000 - 1,000 x 1 s = 9,000 idle seconds
+    at.number_input(key="proj_pool_size").set_value(10).run()
+    row = at.dataframe[-1].value.iloc[0]
+    assert row["billed_hours"] * 3600 == pytest.approx(19_000)
+    # a pool as large as the account's concurrency leaves no slot for a rollout: said, not run
+    at.number_input(key="proj_pool_size").set_value(100).run()
+    _ok(at, "Projection")
+    assert at.dataframe[-1].value.iloc[0]["binding"] == "a pool of 100 takes all 100 slots"

@@ -37,6 +37,12 @@ def _configured_substrates() -> dict[str, Any]:
         return {}
 
 
+def configured_substrates() -> dict[str, Any]:
+    """The configuration's substrates, with their budgets, limits and prices ({} without a
+    valid configuration): what the pages compare the measurements with."""
+    return _configured_substrates()
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def spend_today(db: str) -> pd.DataFrame:
     """Today's (UTC) rollouts and environment-minutes per substrate beside the configured

@@ -1,0 +1,133 @@
+"""The Projection page's fleet-planning tables: measured samples in, the pure models' answers out.
+
+Why a module (docs/dashboard.md): the page stays thin (widgets and calls); choosing which
+samples feed a model, and laying its answer out as a table with `n`, is tested here without
+Streamlit. The models themselves are `rtax.poolmodel`, `rtax.makespan` and `rtax.pricing`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rtax import pricing, stats, summaries
+
+#: The columns of `plan_costs`.
+PLAN_COLUMNS = (
+    "series",
+    "fidelity",
+    "n",
+    "wall_s",
+    "actions_s",
+    "floor_hours",
+    "binding",
+    "billed_hours",
+    "useful_hours",
+    "useful_share",
+    "usd",
+    "usd_per_million",
+    "prices_unset",
+)
+
+
+def samples(runs: pd.DataFrame, metric: str, **where: Any) -> dict[str, np.ndarray]:
+    """Per series, the finite `metric` of its successful runs (matching `where`, e.g. a tier
+    and steps), largest n first: the raw samples a model resamples."""
+    ok = stats.successful(runs) if not runs.empty else runs
+    for column, value in where.items():
+        ok = ok[ok[column] == value]
+    found = {}
+    for name, group in ok.groupby("series", sort=True) if not ok.empty else ():
+        values = pd.to_numeric(group[metric], errors="coerce").to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        if values.size:
+            found[str(name)] = values
+    return dict(sorted(found.items(), key=lambda kv: -kv[1].size))
+
+
+def workloads(runs: pd.DataFrame) -> list[tuple[str, int]]:
+    """(tier, steps) of the successful runs, trajectories first (the step-time section's
+    choices: an RL rollout is a trajectory)."""
+    ok = stats.successful(runs) if not runs.empty else runs
+    if ok.empty:
+        return []
+    pairs = {(str(t), int(s)) for t, s in zip(ok["tier"], ok["steps"], strict=True)}
+    return sorted(pairs, key=lambda p: (p[1] == 0, p[0], p[1]))
+
+
+def _means(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    table = summaries.latency(rows, metric, ["series", "substrate", "fidelity"])
+    return table[["series", "substrate", "fidelity", "n", "mean"]]
+
+
+def plan_costs(
+    rows: pd.DataFrame,
+    substrates: Mapping[str, Any],
+    *,
+    trajectories: int,
+    steps: int,
+    workers: int,
+    pool_size: int = 0,
+) -> pd.DataFrame:
+    """Per series at `steps` actions whose substrate has limits or prices configured: the
+    plan's wall-clock floor, billed and useful hours and dollars (rtax.pricing) from the
+    series' mean wall, actions and time-to-first-command (summary rows). Totals use means."""
+    at = rows[rows["steps"] == steps] if not rows.empty else rows
+    if at.empty:
+        return pd.DataFrame(columns=list(PLAN_COLUMNS))
+    wall, actions = _means(at, "wall_s"), _means(at, "actions_s")
+    ttfc = _means(at, "time_to_first_command_s").set_index("series")["mean"]
+    actions = actions.set_index("series")["mean"]
+    out = []
+    for row in wall.itertuples(index=False):
+        conf = substrates.get(row.substrate)
+        if conf is None or (conf.limits == pricing.Limits() and not conf.prices.configured()):
+            continue
+        if not row.n or not math.isfinite(row.mean):
+            continue
+        try:
+            floor = pricing.wall_clock_floor(
+                trajectories, row.mean, limits=conf.limits, workers=workers, pool_size=pool_size
+            )
+        except ValueError as exc:  # a pool that takes every slot the account allows
+            out.append({"series": row.series, "fidelity": row.fidelity, "binding": str(exc)})
+            continue
+        first = float(ttfc.get(row.series, 0.0))
+        billed = pricing.billed_seconds(
+            trajectories, row.mean, pool_size=pool_size, duration_s=floor.seconds, ttfc_s=first
+        )
+        useful = pricing.useful_seconds(trajectories, float(actions.get(row.series, math.nan)))
+        usd = math.nan
+        if conf.prices.configured():
+            usd = pricing.dollars(conf.prices, billed.total_s, trajectories).total_usd
+        out.append(
+            {
+                "series": row.series,
+                "fidelity": row.fidelity,
+                "n": int(row.n),
+                "wall_s": row.mean,
+                "actions_s": float(actions.get(row.series, math.nan)),
+                "floor_hours": floor.seconds / 3600,
+                "binding": floor.binding,
+                "billed_hours": billed.total_s / 3600,
+                "useful_hours": useful / 3600,
+                "useful_share": useful / billed.total_s if billed.total_s else math.nan,
+                "usd": usd,
+                "usd_per_million": pricing.per_million(usd, trajectories),
+                "prices_unset": ", ".join(conf.prices.unset()) or "-",
+            }
+        )
+    return pd.DataFrame(out, columns=list(PLAN_COLUMNS))
+
+
+def configured(substrates: Mapping[str, Any]) -> list[str]:
+    """The configured substrates with limits or prices set."""
+    return [
+        name
+        for name, conf in substrates.items()
+        if conf.limits != pricing.Limits() or conf.prices.configured()
+    ]

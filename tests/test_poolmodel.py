@@ -1,0 +1,136 @@
+"""The warm-pool model against cases worked out by hand (docs/measurement.md#warm-pool-model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rtax import poolmodel
+from rtax.poolmodel import arrivals, simulate, waits
+
+
+def test_arrivals_of_each_shape() -> None:
+    assert arrivals("burst", 3) == [0.0, 0.0, 0.0]
+    assert arrivals("staggered", 4, 0.25) == [0.0, 0.25, 0.5, 0.75]
+    assert arrivals("sequential", 3, 12.0) == [0.0, 12.0, 24.0]
+    with pytest.raises(ValueError, match="shape"):
+        arrivals("wave", 3)
+    with pytest.raises(ValueError, match="every_s"):
+        arrivals("sequential", 3, 0.0)
+
+
+def test_a_burst_beyond_the_pool_with_one_refill_at_a_time() -> None:
+    """Cold time 1 s, 2 ready, 5 claims at once, R = 1: claims 3, 4, 5 wait 1, 2, 3 s.
+    Latencies [0, 0, 1, 2, 3]: p50 at rank 2 = 1; p95 at rank 3.8 = 2 + 0.8 = 2.8; p99 at
+    rank 3.96 = 2.96; mean wait 6 / 5."""
+    got = simulate([1.0], arrivals("burst", 5), 2, 1, repeats=1)
+    assert (got.p50_s, got.p95_s, got.p99_s) == pytest.approx((1.0, 2.8, 2.96))
+    assert got.drain_probability == 1.0
+    assert got.mean_wait_s == pytest.approx(1.2)
+    assert got.n == 5
+
+
+def test_percentiles_pool_every_repeat() -> None:
+    """200 repeats of [0, 0, 1, 2, 3]: 1,000 latencies, 400 zeros and 200 each of 1, 2, 3.
+    p50 at rank 499.5 lies among the ones; p95 at rank 949.05 and p99 among the threes."""
+    got = simulate([1.0], arrivals("burst", 5), 2, 1, repeats=200)
+    assert (got.p50_s, got.p95_s, got.p99_s) == (1.0, 3.0, 3.0)
+    assert got.n == 1_000 and got.mean_wait_s == pytest.approx(1.2)
+
+
+def test_many_refills_at_once_make_each_excess_claim_wait_one_cold_start() -> None:
+    got = simulate([1.0], arrivals("burst", 5), 2, 10, repeats=1)
+    assert got.mean_wait_s == pytest.approx(3 / 5)  # [0, 0, 1, 1, 1]
+    assert (got.p50_s, got.p99_s) == (1.0, 1.0)
+    assert list(waits([1.0] * 5, [0.0] * 5, 2, 3)) == [0, 0, 1, 1, 1]  # R = N - K is enough
+
+
+def test_a_pool_large_enough_never_waits_and_costs_only_the_claim() -> None:
+    got = simulate([30.0], arrivals("burst", 5), 5, 1, claim_s=0.01, repeats=3)
+    assert got.drain_probability == 0.0 and got.mean_wait_s == 0.0
+    assert (got.p50_s, got.p95_s, got.p99_s) == pytest.approx((0.01, 0.01, 0.01))
+
+
+def test_staggered_claims_faster_than_the_refills() -> None:
+    """1 ready, cold 1.5 s, a claim every 1 s. R = 1: refill k starts when refill k-1 ends, so
+    claim k gets its environment at 1.5 k and waits 0.5 k. R = 2: each refill starts at its
+    claim, so every claim after the first waits 0.5 s."""
+    times = arrivals("staggered", 4, 1.0)
+    assert list(waits([1.5] * 4, times, 1, 1)) == pytest.approx([0.0, 0.5, 1.0, 1.5])
+    assert list(waits([1.5] * 4, times, 1, 2)) == pytest.approx([0.0, 0.5, 0.5, 0.5])
+
+
+def test_sequential_claims_wait_only_when_a_refill_outlasts_a_rollout() -> None:
+    assert simulate([2.0], arrivals("sequential", 10, 3.0), 1, 1).drain_probability == 0.0
+    slow = simulate([4.0], arrivals("sequential", 3, 3.0), 1, 1, repeats=1)
+    # claim 2 at 3 s gets refill 1 at 4 s; claim 3 at 6 s gets refill 2 (4 -> 8 s) at 8 s
+    assert slow.mean_wait_s == pytest.approx((0 + 1 + 2) / 3)
+
+
+def test_an_empty_pool_with_free_refills_waits_the_cold_distribution() -> None:
+    """No pool and a refill per claim at once: the claims' waits are the cold draws themselves
+    (claim i gets the i-th to finish), so their pooled distribution is the measured one."""
+    cold = [1.0, 2.0, 3.0, 4.0]
+    got = simulate(cold, arrivals("burst", 4), 0, 4, repeats=4_000, seed=3)
+    assert got.mean_wait_s == pytest.approx(2.5, rel=0.02)
+    assert got.p50_s == pytest.approx(np.percentile(cold, 50), abs=0.5)
+    assert got.p99_s == 4.0 and got.drain_probability == 1.0
+
+
+def test_one_refill_at_a_time_queues_exponential_cold_starts() -> None:
+    """No pool, R = 1, a burst of 4, cold ~ Exponential(1): claim k waits the sum of k cold
+    times, E = k; the mean over claims is (1 + 2 + 3 + 4) / 4 = 2.5."""
+    cold = np.random.default_rng(7).exponential(1.0, 20_000)
+    got = simulate(cold, arrivals("burst", 4), 0, 1, repeats=4_000, seed=1)
+    assert got.mean_wait_s == pytest.approx(2.5, rel=0.03)
+
+
+def test_measured_claim_costs_are_resampled() -> None:
+    got = simulate([5.0], arrivals("burst", 50), 50, 1, claim_s=[0.001, 0.003], repeats=50)
+    assert 0.001 <= got.p50_s <= 0.003 and got.p99_s == pytest.approx(0.003)
+    assert got.mean_wait_s == 0.0
+
+
+def test_seeded_and_order_free() -> None:
+    cold = [0.5, 1.0, 4.0]
+    one = simulate(cold, arrivals("staggered", 20, 0.2), 3, 2, seed=5)
+    assert simulate(cold, arrivals("staggered", 20, 0.2), 3, 2, seed=5) == one
+    assert simulate(cold, arrivals("staggered", 20, 0.2)[::-1], 3, 2, seed=5) == one
+    assert simulate(cold, arrivals("staggered", 20, 0.2), 3, 2, seed=6) != one
+
+
+def test_a_bigger_pool_never_waits_longer() -> None:
+    cold = list(np.random.default_rng(2).lognormal(0.0, 0.5, 200))
+    times = arrivals("burst", 30)
+    means = [simulate(cold, times, k, 2, repeats=50).mean_wait_s for k in (0, 5, 10, 20, 30)]
+    assert means == sorted(means, reverse=True) and means[-1] == 0.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"cold_s": []},
+        {"cold_s": [-1.0]},
+        {"arrivals_s": []},
+        {"pool_size": -1},
+        {"refill_concurrency": 0},
+        {"repeats": 0},
+        {"claim_s": [float("nan")]},
+    ],
+)
+def test_bad_inputs_are_refused(kwargs) -> None:
+    args = {
+        "cold_s": [1.0],
+        "arrivals_s": [0.0],
+        "pool_size": 1,
+        "refill_concurrency": 1,
+        "claim_s": 0.0,
+        "repeats": 1,
+    }
+    args.update(kwargs)
+    with pytest.raises(ValueError):
+        simulate(**args)
+
+
+def test_the_shapes_are_the_load_shapes() -> None:
+    assert poolmodel.SHAPES == ("sequential", "staggered", "burst")
