@@ -29,17 +29,20 @@ bucket = middle.selectbox(
     "before them; 1 h and 1 d read the summaries, raw and folded history alike.",
 )
 column = timeline.METRICS[metric]
-points = data.timeline_points(db, chosen.key, column, bucket)
-labels = sorted(points["series"].unique()) if not points.empty else []
+known = data.timeline_series(db, chosen.key)  # key -> label
 picked = right.multiselect(
-    "Series", labels, default=labels[:8], key="t_series", placeholder="choose series"
+    "Series",
+    list(known),
+    default=list(known)[:8],
+    format_func=known.get,
+    key="t_series",
+    placeholder="choose series",
 )
 
 
 @st.fragment(run_every=data.TTL_S)
 def chart() -> None:
-    shown = data.timeline_points(db, chosen.key, column, bucket)
-    shown = shown[shown["series"].isin(picked)] if not shown.empty else shown
+    shown = data.timeline_points(db, chosen.key, column, bucket, tuple(picked))
     if shown.empty:
         st.info("No points for these series in the window.")
         return

@@ -174,3 +174,20 @@ class SummaryStore:
         )
         first, last = self.db.execute(sql, params).fetchone()
         return (first, last) if first is not None else None
+
+    def summary_series(self, since: str | None = None, **filters: Any) -> pd.DataFrame:
+        """The series (substrate, tier, steps, mode, fidelity) with a run in the window, raw or
+        folded, from the day rows: what a timeline can show, without reading its points."""
+        clause, params = where(filters, prefix="", allowed=RUN_FILTERS)
+        clauses = [clause.removeprefix("WHERE ")] if clause else []
+        clauses += ["metric = ?", "bucket = ?"]
+        params += ["wall_s", "day"]
+        if since is not None:
+            clauses.append("bucket_start >= ?")
+            params.append(summaries.start_of(str(since), "day"))
+        columns = "substrate, tier, steps, mode, fidelity"
+        sql = (
+            f"SELECT DISTINCT {columns} FROM summaries WHERE {' AND '.join(clauses)} "
+            f"ORDER BY {columns}"
+        )
+        return self._frame(sql, params)

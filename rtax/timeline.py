@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from rtax import stats, status, summaries
+from rtax import sketch, stats, status, summaries
 from rtax.incidents import series_key
 from rtax.record import PHASE_COLUMNS
 
@@ -73,14 +73,31 @@ def default_bucket(span_s: float) -> str:
 
 
 def _label(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each row's series ``key`` (`rtax.incidents.series_key`) and ``series``
+    label (`rtax.status.label`), computed once per distinct series."""
     frame = frame.copy()
     frame["steps"] = frame["steps"].astype(int)
     frame["mode"] = frame["mode"].fillna("exec")
     frame["fidelity"] = frame["fidelity"].fillna("real")
-    records = frame[_SERIES].to_dict("records")
-    frame["key"] = [series_key(r) for r in records]
-    frame["series"] = [status.label(r) for r in records]
-    return frame
+    distinct = frame[_SERIES].drop_duplicates()
+    records = distinct.to_dict("records")
+    distinct = distinct.assign(
+        key=[series_key(r) for r in records], series=[status.label(r) for r in records]
+    )
+    return frame.merge(distinct, on=_SERIES, how="left")
+
+
+def keep(frame: pd.DataFrame, keys: Iterable[str] | None) -> pd.DataFrame:
+    """The rows of `frame` (runs or summary rows) of the series `keys` (None: all)."""
+    if keys is None or frame.empty:
+        return frame
+    wanted = set(keys)
+    steps = frame["steps"].astype(int).astype(str)
+    mode = frame["mode"].fillna("exec").astype(str)
+    fidelity = frame["fidelity"].fillna("real").astype(str)
+    key = frame["substrate"].astype(str) + " " + frame["tier"].astype(str) + " S=" + steps
+    key = key + " " + mode + " " + fidelity
+    return frame[key.isin(wanted)]
 
 
 def from_runs(runs: pd.DataFrame, column: str, bucket_s: int) -> pd.DataFrame:
@@ -116,32 +133,42 @@ def from_summaries(rows: pd.DataFrame, column: str, bucket: str) -> pd.DataFrame
     picked = rows[rows["metric"] == column] if not rows.empty else rows
     if picked.empty:
         return pd.DataFrame(columns=COLUMNS)
-    merged = summaries.combine(_label(picked), ["key", "series", "bucket_start", "metric"])
+    labelled = _label(picked)
+    by = ["key", "series", "bucket_start", "metric"]
+    if labelled.duplicated(by).any():  # a series summarized under two toolchains or kinds
+        merged = summaries.combine(labelled, by)
+        errors = list(merged["errors"])
+        sketches = list(merged["sketch"])
+        attempts, ok, harness = merged["attempts"], merged["ok"], merged["harness_errors"]
+    else:  # one row a point (the usual case): nothing to merge
+        merged = labelled
+        errors = [Counter(json.loads(e or "{}")) for e in merged["errors"]]
+        sketches = [sketch.Sketch.from_json(t) for t in merged["sketch"]]
+        harness = pd.Series([e.get(stats.HARNESS_ERROR, 0) for e in errors])
+        attempts = merged["runs"].astype(int).reset_index(drop=True) - harness
+        ok = merged["runs"].astype(int).reset_index(drop=True) - [sum(e.values()) for e in errors]
     bucket_s = BUCKETS["1 h" if bucket == "hour" else "1 d"]
+    starts = pd.to_datetime(merged["bucket_start"], utc=True, format="ISO8601")
     out = []
-    for row in merged.to_dict("records"):
-        errors = Counter({k: v for k, v in row["errors"].items() if k != stats.HARNESS_ERROR})
-        start = pd.Timestamp(row["bucket_start"]).tz_convert("UTC")
-        sk = row["sketch"]
-        n = int(row["n"])
-        out.append(
-            _point(
-                row["key"],
-                row["series"],
-                start,
-                bucket_s,
-                int(row["attempts"]),
-                int(row["ok"]),
-                errors,
-                int(row["harness_errors"]),
-            )
-            | {
-                "n": n,
-                "p50": sk.quantile(50) if n else math.nan,
-                "p95": sk.quantile(95) if n else math.nan,
-            }
-            | {"source": f"summary ({bucket})"}
-        )
+    for key, label, start, sk, err, n, a, o, h in zip(
+        merged["key"].tolist(),
+        merged["series"].tolist(),
+        starts.tolist(),
+        sketches,
+        errors,
+        merged["n"].astype(int).tolist(),
+        list(attempts),
+        list(ok),
+        list(harness),
+        strict=True,
+    ):
+        counted = Counter({k: v for k, v in err.items() if k != stats.HARNESS_ERROR})
+        point = _point(key, label, start, bucket_s, int(a), int(o), counted, int(h))
+        point["n"] = n
+        point["p50"] = sk.quantile(50) if n else math.nan
+        point["p95"] = sk.quantile(95) if n else math.nan
+        point["source"] = f"summary ({bucket})"
+        out.append(point)
     return pd.DataFrame(out, columns=COLUMNS)
 
 

@@ -293,10 +293,26 @@ def timeline_span(db: str, key: FilterKey) -> float | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def timeline_points(db: str, key: FilterKey, column: str, bucket: str) -> pd.DataFrame:
-    """The timeline's points (`rtax.timeline.COLUMNS`) of one metric and bucket: from the
-    summaries for hours and days; for five minutes from the raw runs of the last
-    `timeline.RAW_SPAN_S`, continued before them by the hourly summaries."""
+def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
+    """The series with a run in the window: series key -> label, in label order."""
+    store = _open(db)
+    if store is None:
+        return {}
+    with store:
+        found = store.summary_series(**_query(key))
+    records = found.to_dict("records")
+    pairs = sorted(((status.label(r), series_key(r)) for r in records), key=lambda p: p[0])
+    return {k: label for label, k in pairs}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def timeline_points(
+    db: str, key: FilterKey, column: str, bucket: str, series: tuple[str, ...] | None = None
+) -> pd.DataFrame:
+    """The timeline's points (`rtax.timeline.COLUMNS`) of one metric and bucket for the
+    `series` keys (None: all): from the summaries for hours and days; for five minutes from
+    the raw runs of the last `timeline.RAW_SPAN_S`, continued before them by the hourly
+    summaries."""
     store = _open(db)
     if store is None:
         return pd.DataFrame(columns=timeline.COLUMNS)
@@ -306,19 +322,19 @@ def timeline_points(db: str, key: FilterKey, column: str, bucket: str) -> pd.Dat
         if bucket in timeline.SUMMARY_BUCKET:
             grain = timeline.SUMMARY_BUCKET[bucket]
             rows = store.summary_buckets(grain, metrics=[column], since=since, **query)
-            return timeline.from_summaries(rows, column, grain)
+            return timeline.from_summaries(timeline.keep(rows, series), column, grain)
         cut = stamp(datetime.now(UTC) - timedelta(seconds=timeline.RAW_SPAN_S))
         raw_since = max(since, cut) if since else cut
         oldest = store.oldest_raw_start()
         raw_from = max(oldest, raw_since) if oldest else None
         columns = [*status.SERIES, "started_at", "status", "error_class", column]
         runs = store.runs(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
-        raw = timeline.from_runs(runs, column, timeline.BUCKETS[bucket])
+        raw = timeline.from_runs(timeline.keep(runs, series), column, timeline.BUCKETS[bucket])
         until = summaries.start_of(raw_from) if raw_from else None
         hourly_rows = store.summary_buckets(
             "hour", metrics=[column], since=since, until=until, **query
         )
-        hourly = timeline.from_summaries(hourly_rows, column, "hour")
+        hourly = timeline.from_summaries(timeline.keep(hourly_rows, series), column, "hour")
     return timeline.continuous(raw, hourly, raw_from)
 
 
