@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, redaction, rules, workloads
+from rtax import loadplan, paths, redaction, rules, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
-from rtax.substrates import REGISTRY, get_substrate, substrate_class
+from rtax.substrates import NAMED, REGISTRY, get_substrate, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
@@ -115,6 +115,10 @@ class Config:
     detection: rules.Detection = field(default_factory=rules.Detection)
     #: alert rules and their webhook (docs/alerts.md)
     alerts: rules.Alerts = field(default_factory=rules.Alerts)
+    #: load plans for `rtax burst --load NAME` (docs/load.md)
+    loads: tuple[loadplan.LoadPlan, ...] = ()
+    #: what breaks a substrate's envelope on the Capacity page (docs/load.md#the-envelope)
+    capacity: loadplan.Bounds = field(default_factory=loadplan.Bounds)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -190,7 +194,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         problems.append(f"{where}{key}: {message}")
 
     known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    known |= {"detection", "alerts"}
+    known |= {"detection", "alerts", "loads", "capacity"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -411,6 +415,16 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
     detection = rules.parse_detection(raw.get("detection", {}), bad, duration)
     alerts = rules.parse_alerts(raw.get("alerts", {}), bad, duration, set(substrates))
+
+    def has_modes(name: str) -> bool | None:
+        kind = substrates[name].kind if name in substrates else NAMED.get(name, (None,))[0]
+        takes = _parameters(kind) if kind in REGISTRY else None
+        return None if takes is None else "mode" in takes
+
+    loads = loadplan.parse_loads(
+        raw.get("loads", []), bad, duration, set(substrates) | set(NAMED), has_modes
+    )
+    capacity = loadplan.parse_capacity(raw.get("capacity", {}), bad, duration)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -427,6 +441,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         metrics,
         detection,
         alerts,
+        loads,
+        capacity,
     )
 
 

@@ -1,5 +1,6 @@
-"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations) and its
-incidents (rtax.store_incidents, a mixin of `Store`), the only module that writes SQL.
+"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations), its
+incidents (rtax.store_incidents) and its load runs (rtax.store_loads), mixins of `Store`, the
+only module that writes SQL.
 
 Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
 window in view; a single file is what an embedded default needs. Beside them the store keeps
@@ -9,6 +10,7 @@ the dashboard's first paint never scans every sample; raw samples stay the sourc
 - ``runs``: one row per rollout (phases, status, error class, fidelity, provenance).
 - ``actions``: one row per command of a rollout (ready attempts, setup, actions), linked by run_id.
 - ``incidents``: changes and rule breaches per series, with their alerts (`rtax.store_incidents`).
+- ``load_runs``: one row per sequential, staggered or burst load run (`rtax.store_loads`).
 - WAL mode, so the dashboard reads while the scheduler writes.
 - One transaction per rollout: a 150-action trajectory is written whole or not at all.
 - The columns are `rtax.record`'s fields, in their order. The schema version is SQLite's
@@ -33,6 +35,7 @@ from rtax import redaction, summaries
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION, build_summaries
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 from rtax.store_incidents import IncidentStore
+from rtax.store_loads import LoadStore
 
 #: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
 #: timeout). Maintenance (`Store.compact`, `rtax.retention`) holds the lock far less than this.
@@ -68,9 +71,9 @@ class StoreError(RuntimeError):
     """The database can't be used; the message says which file and why."""
 
 
-class Store(IncidentStore):
+class Store(IncidentStore, LoadStore):
     """One SQLite database of rtax samples. Open one per thread (sqlite's rule). Its
-    incidents and alerts are `rtax.store_incidents`'s."""
+    incidents and alerts are `rtax.store_incidents`'s, its load runs `rtax.store_loads`'s."""
 
     def __init__(
         self,
