@@ -121,18 +121,46 @@ def burst(
             result.replayed = spool.replay(store)
             source = composition.source(sub) if plan.tier == "T2" else None
             workload = workloads.build(plan.tier, steps=plan.steps, seed=seed, source=source)
-            try:
-                provenance = provenance_of(sub)  # once: the hot path holds no describe()
-            except Exception as exc:
-                raise HarnessError(f"provenance: {type(exc).__name__}: {exc}") from exc
-            runner = _Runner(sub, workload, plan, ProbeOptions(deadline_s=deadline), provenance)
-            store.begin_load_run(_identity(result.load_id, plan, sub))
-            bar = batch.progress_bar(plan.n, plan.describe(), enabled=progress)
-            with bar:
-                runner.run(store, spool, result, bar, stop)
-            if spool.pending:
-                batch.last_try(spool, store, result)
-            result.row = _finish(store, result.load_id, runner, result)
+            run(
+                sub,
+                workload,
+                plan,
+                store=store,
+                spool=spool,
+                result=result,
+                options=ProbeOptions(deadline_s=deadline),
+                progress=progress,
+                stop=stop,
+            )
+    return result
+
+
+def run(
+    sub: Substrate,
+    workload: workloads.Workload,
+    plan: LoadPlan,
+    *,
+    store: Store,
+    spool: Spool,
+    result: LoadResult,
+    options: ProbeOptions | None = None,
+    progress: bool = False,
+    stop: threading.Event | None = None,
+) -> LoadResult:
+    """Run `plan`'s launches of `workload` on a prepared `sub`, storing each rollout through
+    `spool` into `store` and the load run's row, as `result.load_id`; fills and returns
+    `result`. What `burst` does once it has put the parts together."""
+    try:
+        provenance = provenance_of(sub)  # once: the hot path holds no describe()
+    except Exception as exc:
+        raise HarnessError(f"provenance: {type(exc).__name__}: {exc}") from exc
+    runner = _Runner(sub, workload, plan, options or ProbeOptions(), provenance)
+    store.begin_load_run(_identity(result.load_id, plan, sub))
+    with batch.progress_bar(plan.n, plan.describe(), enabled=progress) as bar:
+        runner.run(store, spool, result, bar, stop)
+    if spool.pending:
+        batch.last_try(spool, store, result)
+    result.row = _finish(store, result.load_id, runner, result)
     return result
 
 
@@ -175,7 +203,9 @@ class _Runner:
         provenance: dict[str, Any],
     ) -> None:
         self.sub, self.workload, self.plan = sub, workload, plan
-        self.cancel = threading.Event()
+        #: set on a stop: every launch not yet started is skipped, every rollout ends at its
+        #: next step (the caller's own event, when its options carry one)
+        self.cancel = options.cancel or threading.Event()
         self.options = replace(options, cancel=self.cancel)
         self.provenance = provenance
         self.launches = [Launch(i, scheduled=0.0) for i in range(plan.n)]
