@@ -34,7 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import generate  # a sibling script, not a package
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("overview", "cold_start", "decomposition", "amortization", "projection", "data")
+PAGES = (
+    "overview",
+    "cold_start",
+    "decomposition",
+    "amortization",
+    "projection",
+    "capacity",
+    "data",
+)
 TARGET_S = 1.0
 
 
