@@ -255,28 +255,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         stop=STOP,
     )
-    if done.replayed:
-        print(f"rtax probe: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
-    not_stored = _report_spooled(done)
-    if done.interrupted is not None:
-        terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
-        print(
-            f"\n{'terminated' if terminated else 'interrupted'}: {len(done.records)} rollouts "
-            "saved; the one in progress was cleaned up and not recorded",
-            file=sys.stderr,
-        )
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    if not args.quiet:
-        print(done.summary())
-    elif done.failed:
-        print(
-            f"rtax probe: {done.failed} of {len(done.records)} rollouts failed (kept, "
-            f"classified, in {done.db})",
-            file=sys.stderr,
-        )
-    if not_stored:
-        return EXIT_NOT_STORED
-    return 0 if not done.failed else 1
+    return _ended(
+        done,
+        "probe",
+        args.quiet,
+        f"{len(done.records)} rollouts saved; the one in progress was cleaned up and not recorded",
+    )
 
 
 def cmd_burst(args: argparse.Namespace) -> int:
@@ -312,25 +296,32 @@ def cmd_burst(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         stop=STOP,
     )
+    left = f"; {done.abandoned} still busy, left to the reaper" if done.abandoned else ""
+    return _ended(
+        done,
+        "burst",
+        args.quiet,
+        f"load {done.load_id} marked interrupted, {len(done.records)} rollouts saved; those in "
+        f"flight were cleaned up and not recorded{left}",
+    )
+
+
+def _ended(done: Any, command: str, quiet: bool, interrupted: str) -> int:
+    """How `probe` and `burst` end: what was replayed or spooled, the summary (or, quiet, the
+    failures), and the exit code (docs/cli.md)."""
     if done.replayed:
-        print(f"rtax burst: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
-    not_stored = _report_spooled(done, "burst")
+        print(f"rtax {command}: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
+    not_stored = _report_spooled(done, command)
     if done.interrupted is not None:
         terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
-        left = f"; {done.abandoned} still busy, left to the reaper" if done.abandoned else ""
-        print(
-            f"\n{'terminated' if terminated else 'interrupted'}: load {done.load_id} marked "
-            f"interrupted, {len(done.records)} rollouts saved; those in flight were cleaned up "
-            f"and not recorded{left}",
-            file=sys.stderr,
-        )
+        print(f"\n{'terminated' if terminated else 'interrupted'}: {interrupted}", file=sys.stderr)
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    if not args.quiet:
+    if not quiet:
         print(done.summary())
     elif done.failed:
         print(
-            f"rtax burst: {done.failed} of {len(done.records)} rollouts failed (kept, "
-            f"classified, in {done.db}, load {done.load_id})",
+            f"rtax {command}: {done.failed} of {len(done.records)} rollouts failed (kept, "
+            f"classified, in {done.db})",
             file=sys.stderr,
         )
     if not_stored:
@@ -338,7 +329,7 @@ def cmd_burst(args: argparse.Namespace) -> int:
     return 0 if not done.failed else 1
 
 
-def _report_spooled(done: Any, command: str = "probe") -> bool:
+def _report_spooled(done: Any, command: str) -> bool:
     """One line for the rollouts the database could not take (spooled, or lost); whether any."""
     if not done.spooled:
         return False

@@ -122,3 +122,37 @@ def figures(
         "dispatch_lag_p50_s": stats.percentile(lags, 50) if lags else None,
         "dispatch_lag_max_s": max(lags) if lags else None,
     }
+
+
+def describe(row: dict[str, Any]) -> list[str]:
+    """The load run's figures as lines (the CLI's summary above the phase table)."""
+    if not row:
+        return []
+
+    def s(value: Any, unit: str = " s", fmt: str = ".3f") -> str:
+        return "-" if value is None or value != value else f"{value:{fmt}}{unit}"
+
+    every = f" every {row['every_s'] * 1000:g} ms" if row.get("every_s") else ""
+    return [
+        f"load {row['load_id']} ({row['status']}): {row['shape']} of {row['n']}{every} on "
+        f"{row['substrate']} {row['tier']}",
+        f"  {row['rollouts']} rollouts stored, {row['ok']} ok, {row['ready']} ready; "
+        f"peak concurrency {row['concurrency']}",
+        f"  achieved creates/s {s(row['creates_per_s'], '', '.2f')}; time to first ready "
+        f"{s(row['time_to_first_ready_s'])}, to all ready {s(row['time_to_all_ready_s'])}",
+        f"  failures {_failures(row['failures'])}; rate-limit waits {row['rate_limit_waits']} "
+        f"({s(row['rate_limit_wait_s'])})",
+        f"  harness CPU {s(row['harness_cpu_s'])} = {s(row['harness_cpu_cores'], '', '.2f')} "
+        f"of a core over {s(row['duration_s'])}; dispatch lag p50 "
+        f"{s(_ms(row['dispatch_lag_p50_s']), ' ms', '.1f')}, max "
+        f"{s(_ms(row['dispatch_lag_max_s']), ' ms', '.1f')}",
+    ]
+
+
+def _failures(text: Any) -> str:
+    counts = json.loads(text) if isinstance(text, str) and text else {}
+    return ", ".join(f"{n} x {name}" for name, n in counts.items()) or "none"
+
+
+def _ms(seconds: Any) -> Any:
+    return None if seconds is None or seconds != seconds else seconds * 1000
