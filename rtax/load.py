@@ -210,8 +210,8 @@ class _Runner:
         self.launches = [Launch(i, scheduled=0.0) for i in range(plan.n)]
         self.results: queue.Queue[tuple[Launch, RolloutRecord | None]] = queue.Queue()
         self.go = threading.Event()
-        self.t_go = 0.0
-        self.wall_go = datetime.now(UTC)
+        #: when the first launch was due (set again at the release; here for a stop before it)
+        self.wall_go, self.t_go = datetime.now(UTC), clock()
         self.cpu_s = 0.0
         self.end = 0.0
         self.threads: list[threading.Thread] = []
@@ -295,8 +295,8 @@ class _Runner:
             self.wall_go, self.t_go = datetime.now(UTC), clock()
             self.go.set()
             while len(received) < len(self.launches):
-                if stop is not None and stop.is_set():
-                    raise KeyboardInterrupt
+                if (stop is not None and stop.is_set()) or self.cancel.is_set():
+                    raise KeyboardInterrupt  # the CLI's flag, or the caller's own cancel
                 try:
                     launch, record = self.results.get(timeout=0.2)
                 except queue.Empty:

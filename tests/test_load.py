@@ -149,3 +149,15 @@ def test_rtax_burst_stores_one_load_record(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out == ""
     with Store(db) as store:
         assert store.load_runs()["shape"].tolist() == ["burst", "sequential"]
+
+
+def test_the_callers_own_cancel_ends_the_run_as_a_stop_does(tmp_path: Path, local) -> None:
+    """A scheduler that embeds a load run stops it through its rollouts' cancel event."""
+    cancel = threading.Event()
+    cancel.set()
+    plan = LoadPlan("local", shape="staggered", n=3, every_s=0.5)
+    result, store = _run(local, plan, tmp_path / "x.db", options=ProbeOptions(cancel=cancel))
+    with store:
+        row = check_load(store, result.load_id, complete=False)
+    assert isinstance(result.interrupted, KeyboardInterrupt) and row["rollouts"] == 0
+    assert local.leftovers() == []
