@@ -18,6 +18,7 @@ st.navigation(
         st.Page("pages/decomposition.py", title="Decomposition"),
         st.Page("pages/amortization.py", title="Amortization"),
         st.Page("pages/projection.py", title="Projection"),
+        st.Page("pages/capacity.py", title="Capacity"),
         st.Page("pages/data.py", title="Data"),
     ]
 ).run()

@@ -41,6 +41,7 @@ PAGES = (
     "decomposition",
     "amortization",
     "projection",
+    "capacity",
     "data",
 )
 TARGET_S = 1.0

@@ -136,7 +136,7 @@ def probe(
                 workload = with_timeout(workload, action_timeout)
             options = ProbeOptions(deadline_s=deadline, cancel=stop)
             label = f"{substrate} {tier}" + (f" S={steps}" if steps else "")
-            bar = _progress(repeat, label) if progress else _NoBar()
+            bar = progress_bar(repeat, label, enabled=progress)
             try:
                 with bar:
                     for _ in range(repeat):
@@ -153,12 +153,13 @@ def probe(
             except KeyboardInterrupt as exc:
                 batch.interrupted = exc
             if spool.pending:  # a last chance before the process takes them away
-                _last_try(spool, store, batch)
+                last_try(spool, store, batch)
     return batch
 
 
-def _last_try(spool: Spool, store: Any, batch: Batch) -> None:
-    """Store (or spool to a file) the records only held in memory, as the batch ends."""
+def last_try(spool: Spool, store: Any, batch: Any) -> None:
+    """Store (or spool to a file) the records only held in memory, as the batch ends; `batch`
+    is anything with a `spooled` map (a `Batch`, a load run's result)."""
     held, spool.pending = spool.pending, []
     for record in held:
         where = spool.save(record, store)
@@ -196,7 +197,10 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, desc: str) -> Any:
+def progress_bar(total: int, desc: str, *, enabled: bool = True) -> Any:
+    """The CLI's progress bar on stderr (tqdm), or one that shows nothing."""
+    if not enabled:
+        return _NoBar()
     from tqdm import tqdm
 
     return tqdm(

@@ -21,6 +21,7 @@ from rtax.compose import ComposeError
 from rtax.config import ConfigError
 from rtax.fixtures import FixtureError
 from rtax.image import ImageError
+from rtax.loadplan import MAX_ROLLOUTS, SHAPES, LoadError
 from rtax.probe import HarnessError
 from rtax.spool import MEMORY
 from rtax.stopping import STOP, Terminated, signals
@@ -38,7 +39,7 @@ EXIT_TERMINATED = 143
 MAX_SEED = 2**63 - 1
 #: Library errors that are the user's to fix: one line each, exit code 2.
 _ONE_LINE = (ComposeError, StoreError, FixtureError, WorkloadError, UnknownSubstrate)
-_ONE_LINE += (ImageError, ToolchainError, HarnessError)
+_ONE_LINE += (ImageError, ToolchainError, HarnessError, LoadError)
 
 
 class UsageError(Exception):
@@ -78,6 +79,19 @@ def number(
     return parse
 
 
+def _duration(text: str) -> float:
+    """A duration flag: seconds, or a number with a unit (250ms, 2s, 1m), above 0."""
+    from rtax.config import duration
+
+    try:
+        value = duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command and flag; the help is short because docs/cli.md is the reference."""
     parser = _Parser(prog="rtax", description="Measure the rollout infrastructure tax.")
@@ -106,6 +120,23 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--failing-test", help="T2 test the patch fixes (default: the fixture's)")
     probe.add_argument("--mode", choices=("exec", "session"), help="container action mode")
     probe.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+    burst = sub.add_parser(
+        "burst", parents=[conf, db], help="a load run: sequential, staggered or burst rollouts"
+    )
+    burst.add_argument("--load", metavar="NAME", help="a [[loads]] entry (docs/load.md)")
+    burst.add_argument("--substrate", help="default local (or the load's)")
+    burst.add_argument("--tier", choices=workloads.TIERS, help="default T0")
+    burst.add_argument("--steps", type=number(int), help="T2 trajectory length")
+    burst.add_argument("--shape", choices=SHAPES, help="default burst")
+    burst.add_argument(
+        "--rollouts", "-n", type=number(int, low=1, high=MAX_ROLLOUTS), help="default 20"
+    )
+    burst.add_argument("--every", type=_duration, help="staggered: launch interval, e.g. 250ms")
+    burst.add_argument("--mode", choices=("exec", "session"), help="container action mode")
+    burst.add_argument("--seed", type=number(int, high=MAX_SEED), default=0, help="trajectory seed")
+    burst.add_argument("--deadline", type=seconds, default=3600.0, help="per rollout, s")
+    burst.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
     export = sub.add_parser("export", parents=[db], help="write runs or actions to a CSV file")
     export.add_argument("--table", choices=("runs", "actions"), required=True)
@@ -163,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {
         "probe": cmd_probe,
+        "burst": cmd_burst,
         "export": cmd_export,
         "incidents": cmd_incidents,
         "fixtures": cmd_fixtures,
@@ -223,22 +255,72 @@ def cmd_probe(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         stop=STOP,
     )
+    return _ended(
+        done,
+        "probe",
+        args.quiet,
+        f"{len(done.records)} rollouts saved; the one in progress was cleaned up and not recorded",
+    )
+
+
+def cmd_burst(args: argparse.Namespace) -> int:
+    import logging
+
+    from rtax import load
+
+    logging.getLogger("rtax.spool").addHandler(logging.NullHandler())
+    try:
+        plan = load.plan_of(
+            args.load,
+            args.config,
+            substrate=args.substrate,
+            tier=args.tier,
+            steps=args.steps,
+            shape=args.shape,
+            n=args.rollouts,
+            every_s=args.every,
+            mode=args.mode,
+        )
+    except LoadError as exc:  # named by its flag; a named load's own mistakes by its key
+        if exc.key is None:
+            raise
+        flag = {"n": "rollouts"}.get(exc.key, exc.key)
+        raise UsageError(f"--{flag}: {exc.reason}") from None
+    done = load.burst(
+        plan,
+        db=args.db,
+        config=args.config,
+        deadline=args.deadline,
+        seed=args.seed,
+        log=None if args.quiet else _stderr,
+        progress=not args.quiet,
+        stop=STOP,
+    )
+    left = f"; {done.abandoned} still busy, left to the reaper" if done.abandoned else ""
+    return _ended(
+        done,
+        "burst",
+        args.quiet,
+        f"load {done.load_id} marked interrupted, {len(done.records)} rollouts saved; those in "
+        f"flight were cleaned up and not recorded{left}",
+    )
+
+
+def _ended(done: Any, command: str, quiet: bool, interrupted: str) -> int:
+    """How `probe` and `burst` end: what was replayed or spooled, the summary (or, quiet, the
+    failures), and the exit code (docs/cli.md)."""
     if done.replayed:
-        print(f"rtax probe: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
-    not_stored = _report_spooled(done)
+        print(f"rtax {command}: wrote {done.replayed} rollouts spooled earlier", file=sys.stderr)
+    not_stored = _report_spooled(done, command)
     if done.interrupted is not None:
         terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
-        print(
-            f"\n{'terminated' if terminated else 'interrupted'}: {len(done.records)} rollouts "
-            "saved; the one in progress was cleaned up and not recorded",
-            file=sys.stderr,
-        )
+        print(f"\n{'terminated' if terminated else 'interrupted'}: {interrupted}", file=sys.stderr)
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    if not args.quiet:
+    if not quiet:
         print(done.summary())
     elif done.failed:
         print(
-            f"rtax probe: {done.failed} of {len(done.records)} rollouts failed (kept, "
+            f"rtax {command}: {done.failed} of {len(done.records)} rollouts failed (kept, "
             f"classified, in {done.db})",
             file=sys.stderr,
         )
@@ -247,7 +329,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0 if not done.failed else 1
 
 
-def _report_spooled(done: Any) -> bool:
+def _report_spooled(done: Any, command: str) -> bool:
     """One line for the rollouts the database could not take (spooled, or lost); whether any."""
     if not done.spooled:
         return False
@@ -255,14 +337,14 @@ def _report_spooled(done: Any) -> bool:
     kept = len(done.spooled) - len(done.lost)
     if kept:
         print(
-            f"rtax probe: database busy or unavailable: {kept} rollouts spooled to "
+            f"rtax {command}: database busy or unavailable: {kept} rollouts spooled to "
             f"{', '.join(files)}, not yet in {done.db}; the next rtax probe or rtax schedule "
             "on it writes them",
             file=sys.stderr,
         )
     if done.lost:
         print(
-            f"rtax probe: {len(done.lost)} rollouts could be neither stored nor spooled "
+            f"rtax {command}: {len(done.lost)} rollouts could be neither stored nor spooled "
             f"(no writable spool): lost: {', '.join(done.lost)}",
             file=sys.stderr,
         )

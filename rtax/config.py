@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, pricing, redaction, rules, workloads
+from rtax import loadplan, paths, pricing, redaction, rules, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
 from rtax.status import StatusRules
-from rtax.substrates import REGISTRY, get_substrate, substrate_class
+from rtax.substrates import NAMED, REGISTRY, get_substrate, substrate_class
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
@@ -123,6 +123,10 @@ class Config:
     alerts: rules.Alerts = field(default_factory=rules.Alerts)
     #: the status board's rules (docs/alerts.md#status)
     status: StatusRules = field(default_factory=StatusRules)
+    #: load plans for `rtax burst --load NAME` (docs/load.md)
+    loads: tuple[loadplan.LoadPlan, ...] = ()
+    #: what breaks a substrate's envelope on the Capacity page (docs/load.md#the-envelope)
+    capacity: loadplan.Bounds = field(default_factory=loadplan.Bounds)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -198,7 +202,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         problems.append(f"{where}{key}: {message}")
 
     known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    known |= {"detection", "alerts", "status"}
+    known |= {"detection", "alerts", "status", "loads", "capacity"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -422,6 +426,16 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     detection = rules.parse_detection(raw.get("detection", {}), bad, duration)
     alerts = rules.parse_alerts(raw.get("alerts", {}), bad, duration, set(substrates))
     status = rules.parse_status(raw.get("status", {}), bad, duration, set(substrates))
+
+    def has_modes(name: str) -> bool | None:
+        kind = substrates[name].kind if name in substrates else NAMED.get(name, (None,))[0]
+        takes = _parameters(kind) if kind in REGISTRY else None
+        return None if takes is None else "mode" in takes
+
+    loads = loadplan.parse_loads(
+        raw.get("loads", []), bad, duration, set(substrates) | set(NAMED), has_modes
+    )
+    capacity = loadplan.parse_capacity(raw.get("capacity", {}), bad, duration)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -439,6 +453,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         detection,
         alerts,
         status,
+        loads,
+        capacity,
     )
 
 

@@ -276,6 +276,69 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
     return len(merged)
 
 
+#: The columns of load_runs (created by `_v9`), in order (docs/load.md#the-record).
+LOAD_RUN_COLUMNS: tuple[str, ...] = (
+    "load_id",
+    "name",
+    "substrate",
+    "kind",
+    "mode",
+    "fidelity",
+    "tier",
+    "steps",
+    "shape",
+    "n",
+    "every_s",
+    "status",
+    "started_at",
+    "ended_at",
+    "rollouts",
+    "ok",
+    "ready",
+    "concurrency",
+    "duration_s",
+    "creates_per_s",
+    "time_to_first_ready_s",
+    "time_to_all_ready_s",
+    "failures",
+    "rate_limit_waits",
+    "rate_limit_wait_s",
+    "harness_cpu_s",
+    "harness_cpu_cores",
+    "host_cpus",
+    "dispatch_lag_p50_s",
+    "dispatch_lag_max_s",
+    "host",
+    "rtax_version",
+)
+
+
+def _v9(db: sqlite_utils.Database) -> None:
+    """Load runs (docs/load.md): one row per sequential, staggered or burst run of a tier on
+    one substrate, with its measured figures; each of its rollouts names it on its run row
+    (``load_id``) with its launch order (``load_index``). A load run is written when it starts
+    (``status`` running) and completed or marked interrupted when it ends, so one whose
+    process died says so."""
+    db.execute(
+        "CREATE TABLE [load_runs] ([load_id] TEXT PRIMARY KEY, [name] TEXT, "
+        "[substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, [fidelity] TEXT NOT NULL, "
+        "[tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
+        "[shape] TEXT NOT NULL CHECK ([shape] IN ('sequential', 'staggered', 'burst')), "
+        "[n] INTEGER NOT NULL, [every_s] REAL, "
+        "[status] TEXT NOT NULL CHECK ([status] IN ('running', 'complete', 'interrupted')), "
+        "[started_at] TEXT NOT NULL, [ended_at] TEXT, [rollouts] INTEGER, [ok] INTEGER, "
+        "[ready] INTEGER, [concurrency] INTEGER, [duration_s] REAL, [creates_per_s] REAL, "
+        "[time_to_first_ready_s] REAL, [time_to_all_ready_s] REAL, [failures] TEXT, "
+        "[rate_limit_waits] INTEGER, [rate_limit_wait_s] REAL, [harness_cpu_s] REAL, "
+        "[harness_cpu_cores] REAL, [host_cpus] INTEGER, [dispatch_lag_p50_s] REAL, "
+        "[dispatch_lag_max_s] REAL, [host] TEXT, [rtax_version] TEXT)"
+    )
+    db.execute("CREATE INDEX [idx_load_runs_started] ON [load_runs] ([started_at])")
+    db.execute("ALTER TABLE [runs] ADD COLUMN [load_id] TEXT")
+    db.execute("ALTER TABLE [runs] ADD COLUMN [load_index] INTEGER")
+    db.execute("CREATE INDEX [idx_runs_load] ON [runs] ([load_id], [load_index])")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -286,5 +349,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (6, _v6),
     (7, _v7),
     (8, _v8),
+    (9, _v9),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -94,6 +94,9 @@ class ProbeOptions:
     ready_interval_s: float = 0.02
     #: set from outside (a scheduler shutting down) to end the rollout at its next step
     cancel: threading.Event | None = None
+    #: told once when the rollout starts, before its create request, with that moment on the
+    #: `now` timeline: a load run measures each launch's dispatch lag against it (docs/load.md)
+    on_start: Callable[[float], None] | None = None
 
 
 def _size(text: str, reported: int | None) -> int:
@@ -380,6 +383,8 @@ def run_rollout(
             )
     started_at = utcnow()
     state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now, sleep)
+    if state.opt.on_start is not None:
+        state.opt.on_start(state.t0)
     try:
         state.body()
     except (SubstrateError, WorkloadFailed, HarnessError) as exc:

@@ -111,12 +111,19 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("provenance", str, "JSON: versions, platform, the substrate's own description"),
     Field("mode", str, "action mode: exec (a call per command) or session", since=2, page=True),
     Field("plan", str, "the scheduler plan that made it; NULL from the CLI", since=3),
-    Field("scheduled_at", str, "when that plan was due (lag = started_at - this)", since=3),
+    Field(
+        "scheduled_at",
+        str,
+        "when that plan, or its launch in a load run, was due (lag = started_at - this)",
+        since=3,
+    ),
     *(
         Field(f"{p}_res_s", float, f"resolution of the {p} phase's end (s)", since=5, page=True)
         for p in PHASES
     ),
     Field("toolchain", str, "the workload toolchain's digest", since=6, page=True),
+    Field("load_id", str, "the load run that launched it (docs/load.md); NULL if none", since=9),
+    Field("load_index", int, "its launch order in that load run (0 = the first)", since=9),
 )
 #: Every column of ``actions`` (one row per command: ready attempts, setup, actions).
 ACTION_FIELDS: tuple[Field, ...] = (

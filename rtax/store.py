@@ -1,5 +1,6 @@
-"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations) and its
-incidents (rtax.store_incidents, a mixin of `Store`), the only module that writes SQL.
+"""The store: every raw sample in one SQLite file. With its migrations (rtax.migrations), its
+incidents (rtax.store_incidents) and its load runs (rtax.store_loads), mixins of `Store`, the
+only module that writes SQL.
 
 Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
 window in view; a single file is what an embedded default needs. Beside them the store keeps
@@ -9,6 +10,7 @@ the dashboard's first paint never scans every sample; raw samples stay the sourc
 - ``runs``: one row per rollout (phases, status, error class, fidelity, provenance).
 - ``actions``: one row per command of a rollout (ready attempts, setup, actions), linked by run_id.
 - ``incidents``: changes and rule breaches per series, with their alerts (`rtax.store_incidents`).
+- ``load_runs``: one row per sequential, staggered or burst load run (`rtax.store_loads`).
 - WAL mode, so the dashboard reads while the scheduler writes.
 - One transaction per rollout: a 150-action trajectory is written whole or not at all.
 - The columns are `rtax.record`'s fields, in their order. The schema version is SQLite's
@@ -33,6 +35,7 @@ from rtax import redaction, summaries
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
 from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
 from rtax.store_incidents import IncidentStore
+from rtax.store_loads import LoadStore
 from rtax.store_sql import RUN_FILTERS as _RUN_FILTERS
 from rtax.store_sql import StoreError
 from rtax.store_sql import insert as _insert
@@ -73,9 +76,10 @@ WAL_LIMIT_BYTES = 64 * 1024 * 1024
 _INCREMENTAL = 2
 
 
-class Store(IncidentStore, SummaryStore):
+class Store(IncidentStore, SummaryStore, LoadStore):
     """One SQLite database of rtax samples. Open one per thread (sqlite's rule). Its
-    incidents and alerts are `rtax.store_incidents`'s, its summaries `rtax.store_summaries`'s."""
+    incidents and alerts are `rtax.store_incidents`'s, its summaries `rtax.store_summaries`'s,
+    its load runs `rtax.store_loads`'s."""
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 """The dashboard in a real headless browser: `streamlit run`, every page loaded in Debian's
 Chromium through Playwright, charts rendered, a filter that survives navigation, a CSV
-downloaded and read back. Screenshots go to $RTAX_ARTIFACTS (default test-artifacts/)."""
+downloaded and read back, the Capacity page's envelope from real load runs (`rtax burst`).
+Screenshots go to $RTAX_ARTIFACTS (default test-artifacts/)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ PAGES = {
     "decomposition": ("Decomposition", 1),
     "amortization": ("Amortization", 2),
     "projection": ("Projection", 1),
+    "capacity": ("Capacity", 2),
     "data": ("Data", 0),
 }
 
@@ -56,6 +58,14 @@ def seeded_db(tmp_path_factory) -> Path:
         check=True,
         timeout=300,
     )
+    # real load runs on the floor: a sequential baseline, a burst of 20, a staggered ramp
+    for shape in (["--shape", "sequential", "-n", "3"], ["-n", "20"],
+                  ["--shape", "staggered", "--every", "50ms", "-n", "10"]):  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "rtax", "burst", *shape, "--db", str(path), "--quiet"],
+            check=True,
+            timeout=300,
+        )
     with Store(path) as store:
         # the seeded series ran the floor's toolchain, so they are comparable to it
         floor = store.floor_toolchain()
@@ -153,3 +163,30 @@ def test_download_csv(browser, server: str, seeded_db: Path, tmp_path: Path) -> 
     with Store(seeded_db, create=False) as store:
         assert len(frame) == store.count("runs")
     assert frame["run_id"].is_unique
+
+
+def test_capacity_shows_the_envelope(browser, server: str, seeded_db: Path, artifacts) -> None:
+    """The envelope of the real load runs, as `rtax.envelope` fits them from the file."""
+    from rtax import envelope
+
+    with Store(seeded_db, create=False) as store:
+        loads = store.load_runs()
+        fitted = envelope.fit(
+            envelope.points(loads, store.load_rollouts(list(loads["load_id"])))
+        ).iloc[0]
+    held = fitted["held_concurrency"]
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    try:
+        page.goto(f"{server}/capacity")
+        page.get_by_role("heading", name="Envelope").wait_for(timeout=60_000)
+        metric = page.get_by_test_id("stMetric").filter(has_text="local T0: concurrency held")
+        metric.wait_for(timeout=60_000)
+        value = metric.get_by_test_id("stMetricValue").inner_text()
+        assert value == ("none" if held != held else f"{held:g}")
+        page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)
+        assert page.get_by_text("p95 bound").count() >= 1  # the bound drawn in the chart
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(artifacts / "capacity-envelope.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()

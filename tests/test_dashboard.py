@@ -26,6 +26,7 @@ PAGES = {
     "pages/decomposition.py": "Decomposition",
     "pages/amortization.py": "Amortization",
     "pages/projection.py": "Projection",
+    "pages/capacity.py": "Capacity",
     "pages/data.py": "Data",
 }
 NOW = datetime.now(UTC)

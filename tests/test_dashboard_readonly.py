@@ -30,6 +30,7 @@ PAGES = (
     "pages/decomposition.py",
     "pages/amortization.py",
     "pages/projection.py",
+    "pages/capacity.py",
     "pages/data.py",
 )
 #: Every way a Python process starts another (subprocess ends in _posixsubprocess.fork_exec).

@@ -43,7 +43,15 @@ from rtax.substrates import kit
 from rtax.substrates.base import SubstrateError
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
-PAGES = ("overview", "cold_start", "decomposition", "amortization", "projection", "data")
+PAGES = (
+    "overview",
+    "cold_start",
+    "decomposition",
+    "amortization",
+    "projection",
+    "capacity",
+    "data",
+)
 #: the variable a ``*_env`` parameter names (a token for kubernetes, the key for daytona)
 VAR = "RTAX_PLANTED_TOKEN"
 AWS_SECRET = "rtax-planted-aws-secret-key-9d41e7"

@@ -346,3 +346,38 @@ def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
         return pd.DataFrame()
     with store:
         return store.incidents(limit=limit)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
+    """The load runs started in the window, for the filters (docs/load.md), oldest first."""
+    from rtax.migrations import LOAD_RUN_COLUMNS
+
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame(columns=list(LOAD_RUN_COLUMNS))
+    with store:
+        return store.load_runs(**_query(key))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
+    """The rollouts of those load runs (the page's columns), in launch order."""
+    from rtax.store_loads import LOAD_ROLLOUT_COLUMNS
+
+    store = _open(db) if load_ids else None
+    if store is None:
+        return pd.DataFrame(columns=list(LOAD_ROLLOUT_COLUMNS))
+    with store:
+        return store.load_rollouts(list(load_ids))
+
+
+def capacity_bounds() -> Any:
+    """The configuration's `[capacity]` bounds, else the defaults (docs/load.md#the-envelope)."""
+    from rtax import config
+    from rtax.loadplan import Bounds
+
+    try:
+        return config.load().capacity
+    except config.ConfigError:
+        return Bounds()

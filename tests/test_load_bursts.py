@@ -1,0 +1,116 @@
+"""Real bursts (issue 14's acceptance): 20 T0 rollouts at once on the real Docker engine and on
+the Daytona emulation (the real SDK over real HTTP, every sandbox a real container), each load
+record checked against its stored rollouts (tests/loadcheck.py), and nothing left behind; a
+Ctrl-C in the middle of `rtax burst` on Docker cleans up every container it made."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadcheck import check_load
+from polling import wait_for
+from rtax import load, workloads
+from rtax.emulation.daytona import DaytonaEmulation
+from rtax.loadplan import LoadPlan
+from rtax.probe import ProbeOptions
+from rtax.spool import Spool
+from rtax.store import Store
+from rtax.substrates import get_substrate, kit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ours(docker_api, pid: int) -> list[dict]:
+    """Containers labelled rtax whose owner is process `pid` on this host."""
+    owner = f"{kit.owner_host()}:{pid}"
+    found = docker_api.containers(all=True, filters={"label": "rtax"})
+    return [c for c in found if c["Labels"].get(kit.OWNER) == owner]
+
+
+def test_a_burst_of_20_on_docker(docker_api, runner_image: str, tmp_path: Path) -> None:
+    db = tmp_path / "burst.db"
+    done = load.burst(LoadPlan("docker", n=20), db=db, deadline=300)
+    assert done.interrupted is None and not done.spooled
+    problems = [(r.run["error_class"], r.run["error_message"]) for r in done.records if not r.ok]
+    assert problems == []
+    with Store(db) as store:
+        row = check_load(store, done.load_id)
+        assert store.count("runs") == 20
+    assert row["fidelity"] == "real" and row["kind"] == "docker"
+    assert row["ready"] == 20 and row["time_to_all_ready_s"] >= row["time_to_first_ready_s"]
+    assert row["concurrency"] > 1  # the engine saw them overlap, whatever it made of them
+    assert _ours(docker_api, os.getpid()) == []
+
+
+@pytest.fixture(scope="module")
+def daytona(runner_image: str) -> Iterator[DaytonaEmulation]:
+    with DaytonaEmulation(image=runner_image) as emu:
+        yield emu
+
+
+def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, tmp_path: Path) -> None:
+    """Three creates refused with 429 (retried: three rate-limit waits) and one sandbox that
+    fails to start (environment_lost): the record counts both as its rollouts do."""
+    sub = get_substrate("daytona", **daytona.substrate_params(), rate_limit_base_s=0.01)
+    db = tmp_path / "burst.db"
+    plan = LoadPlan("daytona", n=20)
+    try:
+        daytona.faults.fail("create", 429, message="Too many requests", times=3)
+        daytona.faults.fail("start", message="no runner with capacity in region emulated")
+        result = load.LoadResult(plan, "daytona-burst", db)
+        with Store(db) as store:
+            load.run(
+                sub,
+                workloads.build("T0"),
+                plan,
+                store=store,
+                spool=Spool(db, lambda: Store(db)),
+                result=result,
+                options=ProbeOptions(deadline_s=300),
+            )
+            row = check_load(store, result.load_id)
+        assert sub.leftovers() == []
+    finally:
+        daytona.faults.clear()
+        sub.close()
+    assert row["fidelity"] == "emulated" and row["rollouts"] == 20
+    assert row["rate_limit_waits"] == 3 and row["rate_limit_wait_s"] > 0
+    assert json.loads(row["failures"]) == {"environment_lost": 1}
+    assert row["ok"] == 19 and row["ready"] == 19
+    assert pd.isna(row["time_to_all_ready_s"])  # one never got there
+    assert row["time_to_first_ready_s"] > 0
+
+
+def test_ctrl_c_in_a_docker_burst_leaves_nothing(docker_api, runner_image: str, tmp_path) -> None:
+    db = tmp_path / "stopped.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtax", "burst", "--substrate", "docker", "--shape",
+         "staggered", "--every", "300ms", "-n", "15", "--db", str(db), "--quiet"],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(_ours(docker_api, proc.pid)) >= 2, 120, "two containers made")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted: load" in err and "still busy" not in err
+    assert _ours(docker_api, proc.pid) == []  # every container it made is gone
+    with Store(db) as store:
+        (load_id,) = store.load_runs()["load_id"]
+        row = check_load(store, load_id, complete=False)
+    assert row["rollouts"] < 15
