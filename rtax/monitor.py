@@ -19,12 +19,13 @@ from rtax import incidents
 from rtax.incidents import stamp
 from rtax.rules import Alerts, Detection
 from rtax.store import Store
+from rtax.store_incidents import SERIES_COLUMNS
 
 _log = logging.getLogger("rtax.monitor")
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
 #: The columns that make a series (rtax.stats.DEFAULT_GROUP).
-SERIES = ("substrate", "tier", "steps", "mode", "fidelity")
+SERIES = SERIES_COLUMNS
 #: The runs columns detection reads.
 COLUMNS = (
     "run_id",

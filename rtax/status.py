@@ -31,10 +31,11 @@ import numpy as np
 import pandas as pd
 
 from rtax import stats
+from rtax.store_incidents import SERIES_COLUMNS
 
 STATES = ("up", "degraded", "down", "stale")
-#: The columns that make a series (those of `rtax.monitor.SERIES`, in its order).
-SERIES = ("substrate", "tier", "steps", "mode", "fidelity")
+#: The columns that make a series: the incidents' (`rtax.store_incidents.SERIES_COLUMNS`).
+SERIES = SERIES_COLUMNS
 #: The runs columns a card reads.
 COLUMNS = ("started_at", "status", "error_class", "time_to_first_command_s")
 

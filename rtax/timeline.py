@@ -91,13 +91,8 @@ def keep(frame: pd.DataFrame, keys: Iterable[str] | None) -> pd.DataFrame:
     """The rows of `frame` (runs or summary rows) of the series `keys` (None: all)."""
     if keys is None or frame.empty:
         return frame
-    wanted = set(keys)
-    steps = frame["steps"].astype(int).astype(str)
-    mode = frame["mode"].fillna("exec").astype(str)
-    fidelity = frame["fidelity"].fillna("real").astype(str)
-    key = frame["substrate"].astype(str) + " " + frame["tier"].astype(str) + " S=" + steps
-    key = key + " " + mode + " " + fidelity
-    return frame[key.isin(wanted)]
+    labelled = _label(frame)
+    return frame[labelled["key"].isin(set(keys)).to_numpy()]
 
 
 def from_runs(runs: pd.DataFrame, column: str, bucket_s: int) -> pd.DataFrame:
