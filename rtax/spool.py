@@ -15,7 +15,10 @@ one spool:
 3. Both files are replayed before every save and at the start of either command (`replay`).
 
 A replay writes each record once: a record is one transaction, and one whose run_id is already
-stored (a crash between the insert and the file's removal) is skipped. A line cut short (a crash
+stored (a crash between the insert and the file's removal) is skipped. A record the database
+refuses for good (a value SQLite can't bind, a constraint other than its run_id's) is moved to
+``<database>.spool.rejected.jsonl`` with the reason and logged as an error: it never blocks the
+records after it, and it is kept for a person to look at, never dropped. A line cut short (a crash
 mid-append) is no whole rollout and is skipped, never stored. Appends and replays take an
 exclusive `flock` on the file, so a probe and a scheduler sharing a database never lose a line to
 each other's replay.
@@ -66,11 +69,15 @@ class Spool:
         on_saved: Callable[[RolloutRecord], None] | None = None,
     ) -> None:
         self.path = Path(f"{database}.spool.jsonl")
+        #: records the database refused for good (`refused`), kept beside it with the reason
+        self.rejected = Path(f"{database}.spool.rejected.jsonl")
         self.fallback = fallback_path(database)
         self.open_store = open_store
         self.on_saved = on_saved
         #: records neither file could take, written before the next one
         self.pending: list[RolloutRecord] = []
+        #: refused records the rejected file could not take either (kept, never retried)
+        self.refused: list[RolloutRecord] = []
         self._lock = threading.RLock()
 
     @property
@@ -87,6 +94,8 @@ class Spool:
                 self._store(record, store)
                 return None
             except (StoreError, sqlite3.Error, OSError) as exc:
+                if refused(exc):
+                    return self._reject(record, exc)
                 where = self._spool(record)
                 why = f"busy after {len(RETRY_PAUSES_S) + 1} attempts" if is_busy(exc) else exc
                 log.error(
@@ -127,6 +136,26 @@ class Spool:
         except Exception:
             log.exception("on_saved failed for run %s (it is stored)", record.run.get("run_id"))
 
+    def _reject(self, record: RolloutRecord, exc: BaseException) -> str:
+        """Keep a record the database refuses for good apart, with why: it can't be stored,
+        and retrying it would hold up every record after it."""
+        entry = {"run": record.run, "actions": record.actions, "refused": str(exc)}
+        line = json.dumps(entry, default=str)
+        try:
+            _append(self.rejected, f"\n{line}\n".encode())
+            where = str(self.rejected)
+        except OSError as err:
+            log.error("cannot keep the refused record in %s: %s", self.rejected, err)
+            where = MEMORY
+            self.refused.append(record)
+        log.error(
+            "the database refuses run %s for good (%s): kept in %s, not retried",
+            record.run.get("run_id"),
+            exc,
+            where,
+        )
+        return where
+
     def _spool(self, record: RolloutRecord) -> str:
         line = json.dumps({"run": record.run, "actions": record.actions}, default=str)
         # A leading newline ends any line an earlier append left cut short.
@@ -147,13 +176,18 @@ class Spool:
         written = 0
         with self._lock:
             while self.pending:
-                if _save_once(store, self.pending[0]):
-                    written += 1
-                    self._saved(self.pending[0])
+                try:
+                    if _save_once(store, self.pending[0]):
+                        written += 1
+                        self._saved(self.pending[0])
+                except StoreError as exc:
+                    if not refused(exc):
+                        raise
+                    self._reject(self.pending[0], exc)
                 self.pending.pop(0)
             for path in self.files:
                 try:
-                    written += _drain_file(path, store, self._saved)
+                    written += _drain_file(path, store, self._saved, self._reject)
                 except OSError as exc:  # unreadable here: kept, and no reason to refuse a save
                     log.error("cannot replay %s yet: %s", path, exc)
         if written:
@@ -190,12 +224,29 @@ def is_busy(exc: BaseException) -> bool:
     return False
 
 
+def refused(exc: BaseException) -> bool:
+    """The database refuses this record for good: a value SQLite can't bind, or a constraint
+    it breaks (not its run_id's, which means already stored). Busy, full, read-only or
+    missing databases are not: they take the record later."""
+    while exc is not None:
+        if isinstance(exc, sqlite3.InterfaceError | sqlite3.ProgrammingError | sqlite3.DataError):
+            return True
+        if isinstance(exc, sqlite3.IntegrityError):
+            return not _already_stored(exc)
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+def _already_stored(exc: BaseException) -> bool:
+    return "UNIQUE constraint failed: runs.run_id" in str(exc)
+
+
 def _save_once(store: Store, record: RolloutRecord) -> int:
     """Save `record`; 0 if its run_id is already stored (it was written before), else 1."""
     try:
         store.save_rollout(record)
     except StoreError as exc:
-        if "UNIQUE" in str(exc):
+        if _already_stored(exc):
             return 0
         raise
     return 1
@@ -243,8 +294,14 @@ def _append(path: Path, data: bytes) -> None:
             raise
 
 
-def _drain_file(path: Path, store: Store, saved: Callable[[RolloutRecord], None]) -> int:
-    """Write the whole records of one spool file (telling `saved` of each), then remove it."""
+def _drain_file(
+    path: Path,
+    store: Store,
+    saved: Callable[[RolloutRecord], None],
+    reject: Callable[[RolloutRecord, BaseException], object],
+) -> int:
+    """Write the whole records of one spool file (telling `saved` of each, handing `reject`
+    each the database refuses for good), then remove it."""
     with _locked(path, os.O_RDWR) as fd:
         if fd is None:
             return 0
@@ -262,7 +319,14 @@ def _drain_file(path: Path, store: Store, saved: Callable[[RolloutRecord], None]
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("skipped a spooled line cut short in %s (no whole rollout)", path)
                 continue
-            if _save_once(store, record):
+            try:
+                stored = _save_once(store, record)
+            except StoreError as exc:
+                if not refused(exc):
+                    raise
+                reject(record, exc)
+                continue
+            if stored:
                 written += 1
                 saved(record)
         path.unlink()

@@ -168,3 +168,33 @@ def test_a_record_appended_after_a_cut_short_line_is_whole(db: Path) -> None:
     with Store(db) as store:
         assert spool.replay(store) == 1
     assert run_ids(db) == ["r2"]
+
+
+def test_a_record_the_database_refuses_for_good_is_kept_apart_and_blocks_nothing(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spooled record SQLite can't bind (a corrupt line: an object where text belongs) is
+    moved to the rejected file with the reason; the records after it are written, and the
+    next replay has nothing left to trip on. The old replay raised at it every time."""
+    spool = Spool(db, lambda: Store(db))
+    bad = make_record("bad")
+    bad.run["host"] = {"not": "text"}
+    lines = [
+        json.dumps({"run": r.run, "actions": r.actions})
+        for r in (make_record("r1"), bad, make_record("r2"))
+    ]
+    spool.path.write_text("\n".join(lines) + "\n")
+    with Store(db) as store:
+        assert spool.replay(store) == 2
+        assert spool.replay(store) == 0
+    assert run_ids(db) == ["r1", "r2"]
+    assert spool.spooled() == 0 and not spool.path.exists()
+    kept = [json.loads(x) for x in spool.rejected.read_text().splitlines() if x.strip()]
+    assert [k["run"]["run_id"] for k in kept] == ["bad"]
+    assert "binding" in kept[0]["refused"].lower() or "type" in kept[0]["refused"].lower()
+    assert any("refuses run bad for good" in r.getMessage() for r in caplog.records)
+    # a new record refused at once is kept apart too, never spooled for retries
+    again = make_record("bad2")
+    again.run["host"] = ["no"]
+    assert spool.save(again) == str(spool.rejected)
+    assert not spool.path.exists()
