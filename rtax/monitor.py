@@ -23,8 +23,9 @@ from rtax.store import Store
 _log = logging.getLogger("rtax.monitor")
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
-#: The columns that make a series (rtax.stats.DEFAULT_GROUP).
-SERIES = ("substrate", "tier", "steps", "mode", "fidelity")
+#: The columns that make a series (rtax.stats.DEFAULT_GROUP, and the launch type: a warm
+#: pool's claims and cold starts are two series, never one change).
+SERIES = ("substrate", "tier", "steps", "mode", "fidelity", "launch_type")
 #: The runs columns detection reads.
 COLUMNS = (
     "run_id",
@@ -34,6 +35,7 @@ COLUMNS = (
     "steps",
     "mode",
     "fidelity",
+    "launch_type",
     "status",
     "error_class",
     "time_to_first_command_s",
