@@ -109,7 +109,7 @@ RUN_FIELDS: tuple[Field, ...] = (
         if p != "claim"  # added later (v10), at the end
     ),
     Field("overhead_s", float, "wall time minus the phases: the harness's own cost (s)", page=True),
-    Field("wall_s", float, "the create request → the end of cleanup (s)", page=True),
+    Field("wall_s", float, "the create (warm: claim) request → the end of cleanup (s)", page=True),
     Field(
         "time_to_first_command_s",
         float,
@@ -119,13 +119,13 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field(
         "episode_s",
         float,
-        "the create request → the end of the last action (s); NULL unless it got there",
+        "the create (warm: claim) request → the end of the last action (s); NULL if not reached",
         page=True,
     ),
     Field("n_actions", int, "actions in the workload", page=True),
     Field("n_actions_done", int, "actions completed", page=True),
     Field("cleanup_ok", int, "1 cleanup verified, 0 failed, NULL nothing to clean"),
-    Field("milestones", str, "substrate-native milestones, JSON [{name, t_s from create}]"),
+    Field("milestones", str, "substrate-native milestones, JSON [{name, t_s from create/claim}]"),
     Field("host", str, "the host the probe ran on"),
     Field("rtax_version", str, "the rtax that measured it"),
     Field("endpoint", str, "the substrate's endpoint, where it has one"),
