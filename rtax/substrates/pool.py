@@ -1,32 +1,24 @@
 """A warm pool: environments of any substrate made in advance, claimed by rollouts.
 
-Why a wrapper and not a kind (docs/measurement.md#warm-pools): a pool is what a fleet puts in
-front of *any* substrate to hide its cold start, so it is written once, against the protocol
-(`rtax.substrates.base`), and wraps whichever substrate a configuration entry names
-(``pool = {size = 4, refill_concurrency = 2}``, docs/configuration.md#warm-pools). It makes its
-environments with the wrapped substrate's own `create`, `wait_running` and first `true`, the calls
-a cold rollout makes, so the pool's making of an environment *is* a cold start; each one's
-create, orchestration and ready times are kept (`WarmPool.made`, and the ``pool`` provenance of
-the run that claims it): they are the cold samples a pool model draws from.
+Why a wrapper and not a kind (docs/measurement.md#warm-pools): a fleet puts a pool in front of
+*any* substrate to hide its cold start, so it is written once, against the protocol, around
+whichever substrate a configuration entry names (docs/configuration.md#warm-pools). It makes
+each environment with that substrate's own create, wait_running and first `true`
+(`rtax.substrates.coldstart`), so making one *is* a cold start, kept as such (`WarmPool.made`,
+and the ``pool`` provenance of the run that claims it): the samples a pool model draws from.
 
-What it does, exactly (the semantics `rtax.poolmodel` simulates, so the model can be checked
-against this pool):
+The rules (those the pool model, `rtax.poolmodel`, simulates, so it can be checked against this):
 
 - It starts full: `prepare` makes `size` environments and returns once every one is ready.
-- A claim takes the environment that has been ready longest. Its slot is refilled in the
-  background by one of `refill_concurrency` workers, so at most that many creates are in
-  flight and the pool never holds more than `size` environments, ready or being made.
-- A claim that finds none ready waits, first come first served, for the next refill to finish.
+- A claim takes the environment ready longest; its slot is refilled in the background by one
+  of `refill_concurrency` workers: at most that many creates in flight, never more than `size`
+  environments held, ready or being made. A claim that finds none ready waits, first come
+  first served, for the next refill to finish.
 - A claimed environment is never returned: the rollout destroys it (a used sandbox is dirty).
-- An environment is made with an expiry label for `max_idle_s` of waiting plus one rollout's
-  lifetime; one that waited longer than `max_idle_s` is destroyed and its slot refilled, and a
-  claim never gets one whose expiry would fall inside its rollout.
-- `close` stops refilling and destroys every environment the pool holds (those being made as
-  soon as they are), so nothing outlives the process that owns the pool; whatever a crash
+- Expiry labels cover `max_idle_s` from the create request plus one rollout; an environment
+  older than `max_idle_s` is replaced, and no claim gets one that would expire in its rollout.
+- `close` destroys everything the pool holds (what is being made, once made); what a crash
   leaves carries its labels, owner and expiry for the reaper like any other environment.
-
-Refills run beside whatever is being measured: a claim's provenance says how many were in
-flight when it was asked for.
 """
 
 from __future__ import annotations
@@ -65,7 +57,8 @@ class PoolSettings:
     size: int
     #: creates in flight at most while refilling (1 .. size)
     refill_concurrency: int = 1
-    #: an environment ready for longer than this is replaced (its expiry label covers it)
+    #: an environment older than this (from its create request) is replaced; its expiry
+    #: label covers this wait and one rollout
     max_idle_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -358,8 +351,8 @@ class WarmPool:
         self._cond.notify_all()
 
     def _recycle_locked(self) -> float | None:
-        """Discard environments ready for longer than `max_idle_s`; return how long until the
-        next one is (None: none waiting)."""
+        """Discard environments older than `max_idle_s` (from their create request); return
+        how long until the next one is (None: none waiting)."""
         now, limit = self.now(), self.settings.max_idle_s
         for entry in [e for e in self._state.ready if now - e.created > limit]:
             self._state.ready.remove(entry)
