@@ -76,6 +76,7 @@ test: fixtures lint docker browser prometheus
 bench: fixtures docker
 	$(PY) benchmarks/bench_local.py
 	$(PY) benchmarks/bench_docker.py
+	$(PY) benchmarks/bench_pool.py
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_dashboard.py
 

@@ -19,7 +19,7 @@ from typing import Any
 from rtax import paths, stats, workloads
 from rtax.compose import ComposeError, Composition, check_database
 from rtax.probe import ProbeOptions, run_rollout
-from rtax.record import RolloutRecord
+from rtax.record import PHASES, RolloutRecord, phases_of
 from rtax.spool import MEMORY, Spool
 
 
@@ -95,8 +95,9 @@ def probe(
     ] + (["--repo-url"] if repo_url != "serve" else [])
     if t2_only and tier != "T2":
         raise ComposeError(f"{', '.join(t2_only)} only apply to --tier T2")
-    with Composition(config_path=config, database=db, log=log) as composition:
-        sub = composition.substrate(substrate, mode=mode)
+    with Composition(config_path=config, database=db, log=log, deadline_s=deadline) as composition:
+        # a warm pool, when the entry has one: filled by `ready`, destroyed as this ends
+        sub = composition.substrate(substrate, pooled=True, mode=mode)
         if repo_url == "path" and sub.kind != "local":
             raise ComposeError(
                 f"--repo-url path: a {sub.kind} environment can't see this host's files; use "
@@ -220,6 +221,9 @@ def summary(records: list[RolloutRecord], db: Path) -> str:
 
     runs = pd.DataFrame([r.run for r in records])
     table = stats.phase_summary(runs)
+    # only the phases these rollouts have: a warm one claims, a cold one creates
+    had = {p for t in runs.get("launch_type", pd.Series(["cold"])) for p in phases_of(t)}
+    table = table[table["phase"].isin(had) | ~table["phase"].isin(PHASES)]
     per_action = pd.DataFrame(
         [a for r in records if r.ok for a in r.actions if a["phase"] == "action"]
     )

@@ -27,11 +27,12 @@ from rtax import config as configuration
 from rtax import emulation, fixtures, paths
 from rtax.config import Config, ConfigError, SubstrateConfig, build_substrate
 from rtax.fixtures import Fixture, GitServer
-from rtax.probe import HarnessError
+from rtax.probe import HarnessError, ProbeOptions
 from rtax.record import UNKNOWN_FIDELITY
 from rtax.store import Store
 from rtax.substrates import NAMED, UnknownSubstrate, names, substrate_class
 from rtax.substrates.base import Substrate, SubstrateError, require_host_address
+from rtax.substrates.pool import WarmPool
 from rtax.workloads import RepoSource
 
 Log = Callable[[str], None]
@@ -152,7 +153,9 @@ class Composition:
     context manager).
 
     `config`: a loaded configuration (the scheduler); without one, names are looked up in the
-    file at `config_path` only when asked for (the CLI). `emulations`: see `EMULATIONS`."""
+    file at `config_path` only when asked for (the CLI). `emulations`: see `EMULATIONS`.
+    `deadline_s`: a rollout's deadline (default: the configuration's, else the probe
+    runner's), which a warm pool's environments must outlive (`for_rollouts`)."""
 
     def __init__(
         self,
@@ -164,6 +167,7 @@ class Composition:
         factory: Factory = build_substrate,
         fixture: Fixture | None = None,
         log: Log | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         if emulations not in EMULATIONS:
             raise ValueError(f"emulations must be one of {EMULATIONS}, not {emulations!r}")
@@ -185,6 +189,15 @@ class Composition:
         #: the substrates `build` made and someone still holds, closed by `close` (held weakly:
         #: a scheduler builds one per rollout)
         self._built: list[weakref.ref[Substrate]] = []
+        if deadline_s is None:
+            deadline_s = config.deadline_s if config is not None else ProbeOptions().deadline_s
+        #: the probe options of this composition's rollouts (a warm pool makes environments
+        #: with their timeouts, for their lifetime)
+        self.probe_options = ProbeOptions(deadline_s=deadline_s)
+        #: (name, overrides) -> the warm pool rollouts of that entry claim from, kept until
+        #: `close` (docs/configuration.md#warm-pools)
+        self.pools: dict[tuple[str, tuple[tuple[str, Any], ...]], WarmPool] = {}
+        self._pools_lock = threading.Lock()
 
     # -- names -> substrates -----------------------------------------------------------------
 
@@ -237,13 +250,40 @@ class Composition:
             self._built = [r for r in self._built if r() is not None] + [weakref.ref(substrate)]
         return substrate
 
-    def substrate(self, name: str, **overrides: Any) -> Substrate:
-        """The substrate called `name` (overrides of None are dropped); every way it can't be
-        built becomes one `ComposeError` line."""
+    def for_rollouts(
+        self, conf: SubstrateConfig, overrides: dict[str, Any] | None = None
+    ) -> Substrate:
+        """What the rollouts of `conf` run on: its warm pool when the entry has one (made on
+        first use, one per entry and overrides, filled by `prepare`, closed by `close`), else
+        a new substrate (`build`). Only rollouts claim: the reaper and `prepare`-only checks
+        use `build`, so a pool is never closed by someone who merely listed leftovers."""
+        if conf.pool is None:
+            return self.build(conf, overrides)
+        key = (conf.name, tuple(sorted((overrides or {}).items())))
+        with self._pools_lock:
+            pool = self.pools.get(key)
+            if pool is None:
+                opt = self.probe_options
+                pool = WarmPool(
+                    self.factory(conf, overrides or {}),
+                    conf.pool,
+                    rollout_lifetime_s=opt.deadline_s + opt.cleanup_timeout_s,
+                    running_timeout_s=opt.running_timeout_s,
+                    ready_timeout_s=opt.ready_timeout_s,
+                    ready_interval_s=opt.ready_interval_s,
+                    cleanup_timeout_s=opt.cleanup_timeout_s,
+                )
+                self.pools[key] = pool
+        return pool
+
+    def substrate(self, name: str, *, pooled: bool = False, **overrides: Any) -> Substrate:
+        """The substrate called `name` (overrides of None are dropped); with `pooled`, what
+        its rollouts run on (`for_rollouts`: its warm pool, if it has one). Every way it can't
+        be built becomes one `ComposeError` line."""
         params = {k: v for k, v in overrides.items() if v is not None}
         conf = self.entry(name)
         try:
-            return self.build(conf, params)
+            return self.for_rollouts(conf, params) if pooled else self.build(conf, params)
         except TypeError as exc:
             raise ComposeError(
                 f"substrate {name} does not take {', '.join(params)}: {exc}"
@@ -367,10 +407,15 @@ class Composition:
         return open_store(self.database, create=create)
 
     def close(self) -> None:
-        """Close the substrates it built that are still held (their clients and connections,
-        e.g. Daytona's event stream, go before the emulations they talk to), stop the git
-        servers, then the emulations this composition started (the last started first);
-        idempotent."""
+        """Close its warm pools (every environment they hold is destroyed) and the substrates
+        it built that are still held (their clients and connections, e.g. Daytona's event
+        stream, go before the emulations they talk to), stop the git servers, then the
+        emulations this composition started (the last started first); idempotent."""
+        with self._pools_lock:
+            pools, self.pools = list(self.pools.values()), {}
+        for pool in pools:
+            with contextlib.suppress(Exception):  # each logs what it could not destroy
+                pool.close()
         built, self._built = self._built, []
         for ref in built:
             substrate = ref()

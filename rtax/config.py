@@ -28,6 +28,7 @@ from rtax.emulation import connection_params
 from rtax.emulation import kinds as emulation_kinds
 from rtax.status import StatusRules
 from rtax.substrates import NAMED, REGISTRY, get_substrate, substrate_class
+from rtax.substrates.pool import PoolSettings
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
@@ -43,8 +44,10 @@ _SUBSTRATE_KEYS = frozenset(
         "emulate",
         "limits",
         "prices",
+        "pool",
     }
 )
+_POOL_KEYS = ("size", "refill_concurrency", "max_idle")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
 _UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -73,6 +76,9 @@ class SubstrateConfig:
     #: the account's limits and the prices, each with source and date (rtax/pricing.py)
     limits: pricing.Limits = field(default_factory=pricing.Limits)
     prices: pricing.Prices = field(default_factory=pricing.Prices)
+    #: keep a warm pool of its environments, which rollouts claim
+    #: (docs/configuration.md#warm-pools)
+    pool: PoolSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -302,6 +308,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             emulate is True,
             pricing.parse_limits(entry.get("limits"), f"{key}.limits", bad),
             pricing.parse_prices(entry.get("prices"), f"{key}.prices", bad),
+            pool_settings(entry["pool"], f"{key}.pool", bad) if "pool" in entry else None,
         )
 
     plans: list[Plan] = []
@@ -456,6 +463,34 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         loads,
         capacity,
     )
+
+
+def pool_settings(table: Any, key: str, bad: Any) -> PoolSettings | None:
+    """A ``pool`` table (``{size = 4, refill_concurrency = 2, max_idle = "10m"}``), each
+    mistake reported through `bad` under `key`; None when it is unusable."""
+    if not isinstance(table, dict):
+        bad(key, "must be a table: pool = {size = 4, refill_concurrency = 2}")
+        return None
+    for extra in sorted(set(table) - set(_POOL_KEYS)):
+        bad(f"{key}.{extra}", f"unknown key (known: {', '.join(_POOL_KEYS)})")
+    if "size" not in table:
+        bad(f"{key}.size", "missing (how many environments to keep ready, >= 1)")
+        return None
+    values: dict[str, Any] = {"size": table["size"]}
+    values["refill_concurrency"] = table.get("refill_concurrency", 1)
+    try:
+        values["max_idle_s"] = duration(table.get("max_idle", "10m"))
+        if values["max_idle_s"] < 1:
+            raise ValueError("must be at least 1 s")
+    except ValueError as exc:
+        bad(f"{key}.max_idle", str(exc))
+        return None
+    try:
+        return PoolSettings(**values)
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        bad(f"{key}.{'max_idle' if name == 'max_idle' else name}", str(exc))
+        return None
 
 
 def _metrics(table: Any, bad: Any) -> MetricsSettings:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from rtax.compose import action_mode
 from rtax.probe import ProbeOptions, run_rollout
 from rtax.record import RolloutRecord, failed_record
-from rtax.substrates.base import Substrate
+from rtax.substrates.base import Substrate, launch_type
 from rtax.workloads import Workload
 
 log = logging.getLogger("rtax.scheduler")
@@ -86,4 +86,5 @@ def run_with_deadline(
         f"the rollout did not return within {backstop:.0f} s",
         wall_s=backstop,
         fidelity=substrate.fidelity,
+        launch_type=launch_type(substrate),
     )

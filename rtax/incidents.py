@@ -65,8 +65,11 @@ def stamp(moment: datetime) -> str:
 
 
 def series_key(row: Any) -> str:
-    """One series as one text: ``docker T2 S=10 session real``."""
-    return f"{row['substrate']} {row['tier']} S={int(row['steps'])} {row['mode']} {row['fidelity']}"
+    """One series as one text: ``docker T2 S=10 session real``, and ``... real warm`` for a warm
+    pool's claims (a cold series keeps the text it had before launch types existed)."""
+    key = f"{row['substrate']} {row['tier']} S={int(row['steps'])} {row['mode']} {row['fidelity']}"
+    warm = row.get("launch_type") == "warm" if hasattr(row, "get") else False
+    return f"{key} warm" if warm else key
 
 
 def latency(runs: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -10,7 +10,7 @@ Why this shape (docs/metrics.md):
   ``status="failed"`` is the substrates' failures only.
 - A few bounded labels per series (substrate, tier, steps, mode, fidelity, launch_type), never a
   run id. ``launch_type`` follows kubernetes-sigs/agent-sandbox's startup histograms (warm or
-  cold); every rollout is cold until warm pools exist.
+  cold): a rollout that claimed from a warm pool is warm, every other one cold.
 - A registry of its own (not prometheus_client's global one), so each scheduler and each test
   has its own numbers.
 - Counters and histograms start at zero with the process (Prometheus's ``rate`` handles the
@@ -58,8 +58,8 @@ Series = tuple[str, ...]
 
 
 def launch_type(run: Mapping[str, Any]) -> str:
-    """``warm`` for a rollout that claimed a pooled environment, else ``cold`` (today every
-    rollout: the warm pool of issue 14 sets ``launch_type`` on its records)."""
+    """``warm`` for a rollout that claimed a pooled environment (`rtax.substrates.pool`),
+    else ``cold``: the record's ``launch_type``."""
     return "warm" if run.get("launch_type") == "warm" else "cold"
 
 
@@ -176,7 +176,7 @@ class Metrics:
             self._last[labels] = max(when, self._last.get(labels, when))
 
 
-_SEED_COLUMNS = (*SERIES_LABELS[:-1], "status", "error_class", "started_at", "ended_at", "plan")
+_SEED_COLUMNS = (*SERIES_LABELS, "status", "error_class", "started_at", "ended_at", "plan")
 
 
 class _LastProbe:

@@ -93,6 +93,7 @@ ROLLUP_COLUMNS: tuple[str, ...] = (
     "max",
     "sketch",
     "errors",
+    "launch_type",  # since v10
 )
 
 
@@ -256,6 +257,7 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
             rolled.append(
                 {
                     **{k: r[k] for k in ("substrate", "kind", "mode", "fidelity", "tier")},
+                    "launch_type": r.get("launch_type") or "cold",  # before v10: all cold
                     "steps": r["steps"],
                     "toolchain": "",
                     "bucket": bucket,
@@ -268,7 +270,9 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
                 }
             )
     add(rolled)
-    columns = summaries.COLUMNS
+    # The table as the file's schema has it (before v10 it had no launch_type).
+    have = {r[1] for r in conn.execute("PRAGMA table_info(summaries)")}
+    columns = [c for c in summaries.COLUMNS if c in have]
     conn.executemany(
         f"INSERT INTO summaries ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
         ([row.get(c) for c in columns] for row in merged.values()),
@@ -339,6 +343,47 @@ def _v9(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX [idx_runs_load] ON [runs] ([load_id], [load_index])")
 
 
+def _v10(db: sqlite_utils.Database) -> None:
+    """Warm pools (docs/measurement.md#warm-pools): the claim phase and its resolution, and the
+    launch type on runs (every older run was cold); the launch type in the keys of rollups and
+    summaries, so warm and cold samples are never folded or summarized together. SQLite can't
+    change a primary key: both tables are rebuilt, rollups copied (all cold), summaries
+    rebuilt from the runs and rollups (`build_summaries`)."""
+    db.execute("ALTER TABLE [runs] ADD COLUMN [claim_s] REAL")
+    db.execute("ALTER TABLE [runs] ADD COLUMN [claim_res_s] REAL")
+    db.execute("ALTER TABLE [runs] ADD COLUMN [launch_type] TEXT NOT NULL DEFAULT 'cold'")
+    db.execute("ALTER TABLE [rollups] RENAME TO [rollups_v9]")
+    db.execute("DROP INDEX IF EXISTS [idx_rollups_bucket_start]")
+    db.execute(
+        "CREATE TABLE [rollups] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
+        "[bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [min] REAL, [max] REAL, "
+        "[sketch] TEXT, [errors] TEXT, [launch_type] TEXT NOT NULL DEFAULT 'cold', "
+        "PRIMARY KEY ([substrate], [mode], [fidelity], [launch_type], [tier], [steps], "
+        "[bucket], [bucket_start], [metric]))"
+    )
+    old = ", ".join(f"[{c}]" for c in ROLLUP_COLUMNS if c != "launch_type")
+    db.execute(f"INSERT INTO [rollups] ({old}) SELECT {old} FROM [rollups_v9]")
+    db.execute("DROP TABLE [rollups_v9]")
+    db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
+    db.execute("DROP TABLE [summaries]")
+    db.execute(
+        "CREATE TABLE [summaries] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [launch_type] TEXT NOT NULL, [tier] TEXT NOT NULL, "
+        "[steps] INTEGER NOT NULL, [toolchain] TEXT NOT NULL, [bucket] TEXT NOT NULL, "
+        "[bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [sumsq] REAL, [min] REAL, "
+        "[max] REAL, [res_max] REAL, [last_started_at] TEXT, [sketch] TEXT, [errors] TEXT, "
+        "PRIMARY KEY ([substrate], [mode], [fidelity], [launch_type], [tier], [steps], "
+        "[toolchain], [bucket], [bucket_start], [metric]))"
+    )
+    db.execute(
+        "CREATE INDEX [idx_summaries_bucket] ON [summaries] ([metric], [bucket], [bucket_start])"
+    )
+    build_summaries(db)
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -350,5 +395,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (10, _v10),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

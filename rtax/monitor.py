@@ -24,7 +24,8 @@ from rtax.store_incidents import SERIES_COLUMNS
 _log = logging.getLogger("rtax.monitor")
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
-#: The columns that make a series (rtax.stats.DEFAULT_GROUP).
+#: The columns that make a series (rtax.stats.DEFAULT_GROUP, and the launch type: a warm
+#: pool's claims and cold starts are two series, never one change).
 SERIES = SERIES_COLUMNS
 #: The runs columns detection reads.
 COLUMNS = (
@@ -35,6 +36,7 @@ COLUMNS = (
     "steps",
     "mode",
     "fidelity",
+    "launch_type",
     "status",
     "error_class",
     "time_to_first_command_s",

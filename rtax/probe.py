@@ -15,8 +15,10 @@ Why it is built this way (docs/measurement.md):
   interrupted by the user (Ctrl-C) is cleaned up and then *not* recorded: half a rollout is no
   sample. The record is returned whole and the store writes it in one transaction.
 
-The runner knows nothing about any one substrate: it only calls the `Substrate` protocol. It
-times; what a row holds and what is derived from the timings is `rtax.record`'s.
+The runner knows nothing about any one substrate: it only calls the `Substrate` protocol (and
+`Claims.claim` of a substrate that keeps a warm pool: the ``claim`` phase then replaces create,
+orchestration and ready, and the run is labelled warm). It times; what a row holds and what
+is derived from the timings is `rtax.record`'s.
 """
 
 from __future__ import annotations
@@ -40,17 +42,20 @@ from rtax.record import (
     utcnow,
 )
 from rtax.substrates.base import (
+    READY_COMMAND,
+    Claims,
     CleanupFailed,
     Environment,
     ReadyTimeout,
     Substrate,
     SubstrateError,
     clock,
+    launch_type,
+    ready_refusal_is_final,
 )
 from rtax.substrates.poll import poll
 from rtax.workloads import Action, Workload
 
-READY_COMMAND = "true"
 #: Output kept on a failed action, for the error message; full output is never stored.
 _DETAIL_CHARS = 400
 
@@ -133,6 +138,8 @@ class _Rollout:
         self.error_message: str | None = None
         self.cleanup_ok: bool | None = None
         self.n_done = 0
+        #: a warm start handed over an environment (`start_warm`)
+        self.claimed = False
         #: the substrate call in progress, if any: an unclassified exception raised inside one
         #: is the substrate's (its client's or adapter's), anywhere else it is rtax's own
         self.calling: str | None = None
@@ -233,13 +240,7 @@ class _Rollout:
             except (DeadlineExceeded, ReadyTimeout, Cancelled):
                 raise  # a stop is not a refusal to retry (docs/measurement.md#failures)
             except SubstrateError as exc:
-                # A substrate that already retried a rate limit with back-off and gave up
-                # has answered for good, as has an environment that is gone.
-                if exc.permanent or exc.error_class in (
-                    "environment_lost",
-                    "action_timeout",
-                    "rate_limited",
-                ):
+                if ready_refusal_is_final(exc):
                     raise
                 problem = str(exc)
             attempts += 1
@@ -274,6 +275,22 @@ class _Rollout:
         # The environment may be used until the deadline, then during cleanup: past that
         # (and a grace) its labels say it has expired, and any reaper removes it.
         lifetime = self.opt.deadline_s + self.opt.cleanup_timeout_s
+        if isinstance(self.sub, Claims):
+            self.start_warm(lifetime)
+        else:
+            self.start_cold(lifetime)
+        for phase, actions in (("setup", self.workload.setup), ("actions", self.workload.actions)):
+            self.phases.setdefault(phase, 0.0)
+            for i, action in enumerate(actions):
+                _, problem = self.command(phase, i, action)
+                if problem:
+                    raise WorkloadFailed(f"{phase} {i} ({action.category}): {problem}")
+                if phase == "actions":
+                    self.n_done += 1
+        self.episode_end = self.now()
+
+    def start_cold(self, lifetime: float) -> None:
+        """create → orchestration → ready: a new environment, until its first `true`."""
         self.env = self.timed(
             "create",
             lambda: self.call("create", self.sub.create, self.run_id, lifetime_s=lifetime),
@@ -289,15 +306,19 @@ class _Rollout:
         )
         self.phases["ready"] = 0.0
         self.ready()
-        for phase, actions in (("setup", self.workload.setup), ("actions", self.workload.actions)):
-            self.phases.setdefault(phase, 0.0)
-            for i, action in enumerate(actions):
-                _, problem = self.command(phase, i, action)
-                if problem:
-                    raise WorkloadFailed(f"{phase} {i} ({action.category}): {problem}")
-                if phase == "actions":
-                    self.n_done += 1
-        self.episode_end = self.now()
+
+    def start_warm(self, lifetime: float) -> None:
+        """claim: a pooled environment, already created, running and ready, handed over
+        (docs/measurement.md#warm-pools). It may wait as long as a cold start may take."""
+        assert isinstance(self.sub, Claims)
+        timeout = min(self.opt.running_timeout_s + self.opt.ready_timeout_s, self.remaining())
+        self.env = self.timed(
+            "claim",
+            lambda: self.call(
+                "claim", self.sub.claim, self.run_id, lifetime_s=lifetime, timeout_s=timeout
+            ),
+        )
+        self.claimed = True
 
     def cleanup(self) -> None:
         if self.env is None:
@@ -321,6 +342,8 @@ class _Rollout:
             # what rate limiting cost this sample (the policy is in the substrate's describe)
             waits = [dataclasses.asdict(w) for w in self.env.rate_limit_waits]
             provenance = {**provenance, "rate_limit_waits": waits}
+        if self.env is not None and self.env.pool is not None:
+            provenance = {**provenance, "pool": self.env.pool}  # how the pool made it
         reported = dict(self.env.resolution) if self.env is not None else {}
         run = run_row(
             run_id=self.run_id,
@@ -344,6 +367,8 @@ class _Rollout:
             n_actions=len(self.workload.actions),
             n_actions_done=self.n_done,
             cleanup_ok=None if self.cleanup_ok is None else int(self.cleanup_ok),
+            launch_type=launch_type(self.sub),
+            claimed=self.claimed,
         )
         return RolloutRecord(run=run, actions=self.actions)
 
@@ -380,6 +405,7 @@ def run_rollout(
                 f"provenance: {type(exc).__name__}: {exc}",
                 wall_s=None,
                 fidelity=substrate.fidelity,
+                launch_type=launch_type(substrate),
             )
     started_at = utcnow()
     state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now, sleep)

@@ -31,19 +31,36 @@ PHASE_MEANINGS: dict[str, str] = {
     "create": "request sent → the API accepted and returned",
     "orchestration": "accepted → the substrate reports it running",
     "ready": "running → the first no-op command succeeded",
+    "claim": "warm: claim asked → a pooled, ready environment handed over",
     "setup": "the tier's fixed setup (T2: clone)",
     "actions": "the trajectory's actions, summed",
     "cleanup": "delete sent → verified gone",
 }
 PHASES: tuple[str, ...] = tuple(PHASE_MEANINGS)
+#: How a rollout got its environment (docs/measurement.md#warm-pools): ``cold`` made it
+#: (create, orchestration, ready), ``warm`` claimed one from a pool (claim). Two series, never one.
+LAUNCH_TYPES: tuple[str, ...] = ("cold", "warm")
+#: The phases up to the first command, per launch type; every other phase is both's.
+START_PHASES: dict[str, tuple[str, ...]] = {
+    "cold": ("create", "orchestration", "ready"),
+    "warm": ("claim",),
+}
+
+
+def phases_of(launch_type: str | None) -> tuple[str, ...]:
+    """The phases a rollout of `launch_type` has (None: an old row, cold)."""
+    other = START_PHASES["cold" if launch_type == "warm" else "warm"]
+    return tuple(p for p in PHASES if p not in other)
+
+
 #: The parts of a rollout's wall time: its phases and the harness's own overhead. They add up.
 PHASE_COLUMNS: tuple[str, ...] = (*(f"{p}_s" for p in PHASES), "overhead_s")
 #: Per phase, the poll gap at which its end was detected (docs/measurement.md#resolution).
 RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
 #: The derived per-run metrics and the phases each one spans (so its resolution is theirs, summed).
 METRIC_PHASES: dict[str, tuple[str, ...]] = {
-    "time_to_first_command_s": PHASES[:3],
-    "episode_s": PHASES[:5],
+    "time_to_first_command_s": ("create", "orchestration", "ready", "claim"),
+    "episode_s": ("create", "orchestration", "ready", "claim", "setup", "actions"),
     "wall_s": PHASES,
 }
 METRIC_COLUMNS: tuple[str, ...] = tuple(METRIC_PHASES)
@@ -86,25 +103,29 @@ RUN_FIELDS: tuple[Field, ...] = (
         "error_class", str, "why it failed (docs/measurement.md#failures); NULL if ok", page=True
     ),
     Field("error_message", str, f"the failure, at most {MESSAGE_CHARS} characters"),
-    *(Field(f"{p}_s", float, f"{p} phase (s): {m}", page=True) for p, m in PHASE_MEANINGS.items()),
+    *(
+        Field(f"{p}_s", float, f"{p} phase (s): {m}", page=True)
+        for p, m in PHASE_MEANINGS.items()
+        if p != "claim"  # added later (v10), at the end
+    ),
     Field("overhead_s", float, "wall time minus the phases: the harness's own cost (s)", page=True),
-    Field("wall_s", float, "the create request → the end of cleanup (s)", page=True),
+    Field("wall_s", float, "the create (warm: claim) request → the end of cleanup (s)", page=True),
     Field(
         "time_to_first_command_s",
         float,
-        "create + orchestration + ready (s); NULL unless a ready command succeeded",
+        "create + orchestration + ready (s), warm: claim; NULL unless it got there",
         page=True,
     ),
     Field(
         "episode_s",
         float,
-        "the create request → the end of the last action (s); NULL unless it got there",
+        "the create (warm: claim) request → the end of the last action (s); NULL if not reached",
         page=True,
     ),
     Field("n_actions", int, "actions in the workload", page=True),
     Field("n_actions_done", int, "actions completed", page=True),
     Field("cleanup_ok", int, "1 cleanup verified, 0 failed, NULL nothing to clean"),
-    Field("milestones", str, "substrate-native milestones, JSON [{name, t_s from create}]"),
+    Field("milestones", str, "substrate-native milestones, JSON [{name, t_s from create/claim}]"),
     Field("host", str, "the host the probe ran on"),
     Field("rtax_version", str, "the rtax that measured it"),
     Field("endpoint", str, "the substrate's endpoint, where it has one"),
@@ -120,10 +141,20 @@ RUN_FIELDS: tuple[Field, ...] = (
     *(
         Field(f"{p}_res_s", float, f"resolution of the {p} phase's end (s)", since=5, page=True)
         for p in PHASES
+        if p != "claim"
     ),
     Field("toolchain", str, "the workload toolchain's digest", since=6, page=True),
     Field("load_id", str, "the load run that launched it (docs/load.md); NULL if none", since=9),
     Field("load_index", int, "its launch order in that load run (0 = the first)", since=9),
+    Field("claim_s", float, f"claim phase (s): {PHASE_MEANINGS['claim']}", since=10, page=True),
+    Field("claim_res_s", float, "resolution of the claim phase's end (s)", since=10, page=True),
+    Field(
+        "launch_type",
+        str,
+        "cold (made: create, orchestration, ready) or warm (claimed from a pool)",
+        since=10,
+        page=True,
+    ),
 )
 #: Every column of ``actions`` (one row per command: ready attempts, setup, actions).
 ACTION_FIELDS: tuple[Field, ...] = (
@@ -157,6 +188,7 @@ ACTION_CONTEXT: tuple[tuple[str, str], ...] = (
     ("tier", "tier"),
     ("steps", "steps"),
     ("fidelity", "fidelity"),
+    ("launch_type", "launch_type"),
     ("status", "run_status"),
     ("started_at", "run_started_at"),
 )
@@ -247,6 +279,7 @@ def run_row(
     wall_s: float | None = None,
     milestones: Sequence[Mapping[str, Any]] = (),
     actions: Sequence[Mapping[str, Any]] = (),
+    claimed: bool = False,
     **measured: Any,
 ) -> dict[str, Any]:
     """The one builder of a run row: every field of `RUN_FIELDS`, None unless given.
@@ -254,8 +287,10 @@ def run_row(
     It derives what every row derives the same way (docs/measurement.md): the status
     from the error class; the end time; the phase columns; the overhead (wall time minus the
     phases, when they were timed at all); time to first command, only once a ready command
-    succeeded; each phase's resolution, for setup and actions the sum over their commands'
-    (each polled detection can be late by its resolution), else as `resolutions` reports it;
+    succeeded (cold) or a pool handed an environment over (`claimed`, warm: the claim phase,
+    docs/measurement.md#warm-pools); the launch type, ``cold`` unless given; each phase's
+    resolution, for setup and actions the sum over their commands' (each polled detection
+    can be late by its resolution), else as `resolutions` reports it;
     host, version, endpoint and toolchain from the provenance. `actions` are the run's action
     rows. `measured` takes the remaining fields by name; any other name is refused."""
     unknown = set(measured) - set(RUN_COLUMNS)
@@ -271,6 +306,7 @@ def run_row(
         substrate=substrate,
         kind=kind,
         mode=mode or "exec",
+        launch_type="cold",
         tier=tier,
         steps=steps,
         seed=seed,
@@ -301,12 +337,16 @@ def run_row(
     if phases is not None:
         if wall_s is not None:
             row["overhead_s"] = wall_s - sum(phases.values())
-        first = METRIC_PHASES["time_to_first_command_s"]
-        if all(p in phases for p in first) and any(
+        first = START_PHASES["cold"]
+        if claimed and "claim" in phases:
+            row["time_to_first_command_s"] = phases["claim"]
+        elif all(p in phases for p in first) and any(
             r["phase"] == "ready" and r.get("ok") for r in actions
         ):
             row["time_to_first_command_s"] = sum(phases[p] for p in first)
     row.update(measured)
+    if row["launch_type"] not in LAUNCH_TYPES:
+        raise ValueError(f"launch_type must be one of {LAUNCH_TYPES}, not {row['launch_type']!r}")
     return row
 
 
@@ -347,12 +387,14 @@ def failed_record(
     *,
     wall_s: float | None,
     fidelity: str,
+    launch_type: str = "cold",
 ) -> RolloutRecord:
     """The record of a rollout that produced none itself (it never started, or its thread never
     returned): failed, classified, phases unknown, built by `run_row` like every other. `work`
     is a Workload or a scheduler Plan. `fidelity` is the substrate's (or, if it could not be
     built, what its configuration says, else `UNKNOWN_FIDELITY`): there is no default, so a
-    row can never fall back to `real`."""
+    row can never fall back to `real`. `launch_type`: ``warm`` when the rollout would have
+    claimed from a warm pool (its failure belongs to the warm series)."""
     steps = getattr(work, "steps", 0)
     run = run_row(
         run_id=run_id,
@@ -369,6 +411,7 @@ def failed_record(
         provenance=origin(),
         wall_s=wall_s,
         n_actions=len(getattr(work, "actions", ())) or steps,
+        launch_type=launch_type,
     )
     return RolloutRecord(run=run, actions=[])
 

@@ -1,11 +1,11 @@
 """Retention: fold raw samples older than the configured age into rollups that keep percentiles.
 
 Why (docs/configuration.md#retention): a monitor that runs for months must stay bounded, but its
-users ask "what was the p95 last quarter?". So raw runs and actions past the age are folded, per
-(substrate, mode, fidelity, tier, steps, hour or day), into rows that keep the number of runs,
-the successful samples' count, sum, min, max, a quantile sketch (`rtax.sketch`) and the error
-classes of the failures, for every phase and derived metric and for per-action latency; then the
-raw rows are deleted and the file compacted.
+users ask "what was the p95 last quarter?". So raw runs and actions past the age are folded,
+per (substrate, mode, fidelity, launch type, tier, steps, hour or day), into rows that keep the
+number of runs, the successful samples' count, sum, min, max, a quantile sketch (`rtax.sketch`)
+and the error classes of the failures, for every phase and derived metric and for per-action
+latency; then the raw rows are deleted and the file compacted.
 
 `window` answers a percentile query over any window, whether its samples are raw, rolled up or
 both: raw samples are sketched the same way and merged, and read back with the raw path's
@@ -32,7 +32,8 @@ from rtax.sketch import Sketch
 from rtax.stats import HARNESS_ERROR, attempts
 from rtax.store import YIELD_S, Store
 
-GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
+#: What is folded together: never across modes, fidelities or launch types (cold, warm).
+GROUP = ("substrate", "mode", "fidelity", "launch_type", "tier", "steps")
 RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
 ACTION_METRIC = "action_latency_s"
 METRICS = (*RUN_METRICS, ACTION_METRIC)
@@ -89,8 +90,7 @@ def fold(
 
 def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, Any]]:
     """Rollup rows for `runs`, merged with what the store already holds for their buckets."""
-    runs = runs.copy()
-    runs["mode"] = runs["mode"].fillna("exec")
+    runs = _normalized(runs)
     runs["bucket_start"] = [bucket_start(s, bucket) for s in runs["started_at"]]
     per_run = _action_latencies(store, runs)
     existing = store.rollups(
@@ -110,6 +110,15 @@ def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, An
             old = keyed.get((*key[:-1], bucket, key[-1], metric))
             out.append(_merge(old, row) if old else row)
     return out
+
+
+def _normalized(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with the defaults of rows older than their columns: exec mode, cold starts."""
+    runs = runs.copy()
+    runs["mode"] = runs["mode"].fillna("exec")
+    launch = runs["launch_type"] if "launch_type" in runs else pd.Series(None, index=runs.index)
+    runs["launch_type"] = launch.fillna("cold")
+    return runs
 
 
 def _action_latencies(store: Store, runs: pd.DataFrame) -> dict[str, list[float]]:
@@ -196,7 +205,7 @@ def window(
     )
     runs = store.runs(since=since, until=until) if raw is None else raw.copy()
     if not runs.empty:
-        runs["mode"] = runs["mode"].fillna("exec")
+        runs = _normalized(runs)
         per_run = _action_latencies(store, runs) if metric == ACTION_METRIC else {}
         for key, group in runs.groupby(list(GROUP), dropna=False):
             values = _values(group[group["status"] == "ok"], metric, per_run)

@@ -17,6 +17,8 @@ Why these choices (docs/configuration.md#scheduler):
   reaps on start (orphans that a crashed scheduler left) and every ``reap_interval``: expired
   environments go whoever owns them, so nothing outlives a long-running scheduler.
 - It serves what it stored as Prometheus metrics (`rtax.metrics`, docs/metrics.md).
+- A substrate with a warm pool (docs/configuration.md#warm-pools) is filled at start; its
+  rollouts claim from it, and the pool's environments are destroyed when the scheduler stops.
 - It looks for change points and rule breaches every ``[detection] interval`` and posts their
   alerts from a thread of its own (`rtax.monitor`, `rtax.alerts`, docs/alerts.md).
 """
@@ -248,14 +250,25 @@ class Prober:
     def _substrate(self, name: str, overrides: dict[str, Any] | None = None) -> Substrate:
         return self.compose.build(self.compose.entry(name), overrides)
 
+    def _for_rollouts(self, name: str, overrides: dict[str, Any] | None = None) -> Substrate:
+        """What a rollout of `name` runs on: its warm pool when it has one (`Composition`)."""
+        return self.compose.for_rollouts(self.compose.entry(name), overrides)
+
     def _check_substrates(self) -> None:
+        """Prepare every substrate; a warm pool is filled once per action mode its plans use
+        (so the first claim finds it full), and not at all when no plan uses it."""
         for name, conf in self.config.substrates.items():
             if name in self._unusable:
                 self.enabled[name] = False
                 log.warning("substrate %s is skipped (optional): %s", name, self._unusable[name])
                 continue
+            modes = {p.mode for p in self.config.plans if name in p.substrates}
             try:
-                prepare(self._substrate(name), lambda m, n=name: log.info("%s: %s", n, m))
+                if not conf.pool or not modes:
+                    prepare(self._substrate(name), lambda m, n=name: log.info("%s: %s", n, m))
+                for mode in sorted(modes, key=str) if conf.pool else []:
+                    target = self._for_rollouts(name, {"mode": mode} if mode else {})
+                    prepare(target, lambda m, n=name: log.info("%s: %s", n, m))
                 self.enabled[name] = True
             except Exception as exc:
                 if not conf.optional:
@@ -388,7 +401,8 @@ class Prober:
     ) -> RolloutRecord | None:
         """Run one rollout and store it; None when it was cancelled (stopping)."""
         overrides = {"mode": plan.mode} if plan.mode else {}
-        substrate = self._substrate(conf.name, overrides)  # failing: a setup error (`run_plan`)
+        # failing: a setup error (`run_plan`); with a warm pool, the pool the rollout claims from
+        substrate = self._for_rollouts(conf.name, overrides)
         try:
             source = self.compose.source(substrate) if plan.tier == "T2" else None
             workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
@@ -438,6 +452,7 @@ class Prober:
             f"{type(exc).__name__}: {exc}",
             wall_s=None,
             fidelity=fidelity or configured_fidelity(conf),
+            launch_type="warm" if conf.pool else "cold",
         )
         _announce(record)
         self.save(_planned(record, plan, scheduled))

@@ -27,7 +27,8 @@ import pandas as pd
 from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
 
 QUANTILES = (50, 95, 99)
-#: What may be aggregated together by default: never across action modes or fidelities.
+#: What may be aggregated together by default: never across action modes or fidelities (nor
+#: launch types: the pages group by `add_series`'s series, which holds it).
 DEFAULT_GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
 
 
@@ -213,7 +214,7 @@ def fit_trajectory(steps: Sequence[float], times: Sequence[float]) -> Trajectory
 
 
 def trajectory_fits(runs: pd.DataFrame, by: str = "series") -> dict[str, TrajectoryFit | None]:
-    """A fit per series (substrate · mode [fidelity]) over its successful trajectory runs
+    """A fit per series (substrate · mode · launch [fidelity]) over its successful trajectory runs
     (steps > 0), on episode time."""
     if by == "series" and "series" not in runs:
         runs = add_series(runs)
@@ -225,12 +226,17 @@ def trajectory_fits(runs: pd.DataFrame, by: str = "series") -> dict[str, Traject
     }
 
 
-def series_label(substrate: str, mode: str | None, fidelity: str | None) -> str:
+def series_label(
+    substrate: str, mode: str | None, fidelity: str | None, launch_type: str | None = None
+) -> str:
     """The name of a series: what may be aggregated together (one substrate, one action mode,
-    one fidelity). Exec mode and real fidelity are the unmarked defaults."""
+    one fidelity, one launch type). Exec mode, real fidelity and cold starts are the unmarked
+    defaults; a warm pool's rollouts are ``docker · warm`` (docs/measurement.md#warm-pools)."""
     label = substrate
     if mode and mode != "exec":
         label += f" · {mode}"
+    if launch_type == "warm":
+        label += " · warm"
     if fidelity and fidelity != "real":
         label += f" [{fidelity}]"
     return label
@@ -257,7 +263,8 @@ def comparable(runs: pd.DataFrame, floor: str | None) -> pd.Series:
 
 
 def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
-    """`runs` with a `series` column, so that modes and fidelities are never mixed silently,
+    """`runs` with a `series` column, so that modes, fidelities and launch types (cold, warm)
+    are never mixed silently,
     a `comparable` column (the floor's toolchain, see `comparable`; the label of a run that is
     not says so, so that it never merges into a comparable series), and a `workload` column
     (tier, or tier and trajectory length). Vectorized: it runs on every dashboard read of up
@@ -271,9 +278,15 @@ def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
     out["comparable"] = comparable(out, floor).to_numpy()
     # The rules of series_label / workload_label, applied once per distinct key and mapped back
     # (a few keys, up to 100,000 runs: the dashboard reads this on every page).
+    launch = out["launch_type"] if "launch_type" in out else pd.Series("cold", index=out.index)
     codes, keys = pd.factorize(
         pd.MultiIndex.from_arrays(
-            [out["substrate"], out["mode"].fillna("exec"), out["fidelity"].fillna("real")]
+            [
+                out["substrate"],
+                out["mode"].fillna("exec"),
+                out["fidelity"].fillna("real"),
+                launch.fillna("cold"),
+            ]
         )
     )
     out["series"] = np.array([series_label(*k) for k in keys], dtype=object)[codes]

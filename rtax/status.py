@@ -202,7 +202,9 @@ def cards(
 def label(series: Mapping[str, Any]) -> str:
     """A series as a person reads it, the pages' series and workload labels together:
     ``docker · session · T2 S=50``, ``daytona [emulated] · T0``."""
-    name = stats.series_label(series["substrate"], series["mode"], series["fidelity"])
+    name = stats.series_label(
+        series["substrate"], series["mode"], series["fidelity"], series.get("launch_type")
+    )
     return f"{name} · {stats.workload_label(series['tier'], int(series['steps']))}"
 
 

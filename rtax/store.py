@@ -183,7 +183,12 @@ class Store(IncidentStore, SummaryStore, LoadStore):
 
     def save_rollout(self, record: RolloutRecord) -> None:
         """Write a run and all its actions in one transaction (all or nothing)."""
-        run = {**record.run, "mode": record.run.get("mode") or "exec"}
+        run = {
+            **record.run,
+            "mode": record.run.get("mode") or "exec",
+            # a record made before launch types (a spool line of an older rtax) was cold
+            "launch_type": record.run.get("launch_type") or "cold",
+        }
         try:
             with self._transaction():
                 self.db.conn.execute(
@@ -300,16 +305,16 @@ class Store(IncidentStore, SummaryStore, LoadStore):
         return out
 
     def milestone_means(self, **filters: Any) -> pd.DataFrame:
-        """Mean offset (s from the create request) and n of each native milestone of successful
-        runs, per substrate, mode, fidelity, tier and steps."""
+        """Mean offset (s from the create or claim request) and n of each native milestone of
+        successful runs, per substrate, mode, fidelity, launch type, tier and steps."""
         filters = {**filters, "status": "ok"}
         where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
         sql = (
-            "SELECT r.substrate, r.mode, r.fidelity, r.tier, r.steps, "
+            "SELECT r.substrate, r.mode, r.fidelity, r.launch_type, r.tier, r.steps, "
             "json_extract(m.value, '$.name') AS milestone, "
             "avg(json_extract(m.value, '$.t_s')) AS mean_t_s, count(*) AS n "
             f"FROM runs r, json_each(r.milestones) m {where} "
-            "GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 7"
+            "GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 8"
         )
         return self._frame(sql, params)
 

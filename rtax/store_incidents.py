@@ -21,8 +21,9 @@ import pandas as pd
 
 from rtax.migrations import INCIDENT_COLUMNS
 
-#: The columns that make a series (rtax.stats.DEFAULT_GROUP).
-SERIES_COLUMNS: tuple[str, ...] = ("substrate", "tier", "steps", "mode", "fidelity")
+#: The columns that make a series (rtax.monitor.SERIES). An incident keeps the launch type in
+#: its `series` text only (`rtax.incidents.series_key`).
+SERIES_COLUMNS: tuple[str, ...] = ("substrate", "tier", "steps", "mode", "fidelity", "launch_type")
 
 
 class IncidentStore:

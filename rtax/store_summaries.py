@@ -18,7 +18,8 @@ from rtax.migrations import build_summaries
 from rtax.store_sql import RUN_FILTERS, insert, where
 
 #: The summaries table's primary key.
-PRIMARY_KEY = ("substrate", "mode", "fidelity", "tier", "steps", "toolchain", "bucket")
+PRIMARY_KEY = ("substrate", "mode", "fidelity", "launch_type", "tier", "steps", "toolchain")
+PRIMARY_KEY = (*PRIMARY_KEY, "bucket")
 PRIMARY_KEY = (*PRIMARY_KEY, "bucket_start", "metric")
 
 

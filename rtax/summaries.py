@@ -1,9 +1,9 @@
 """Per-series summaries: what the dashboard's first paint reads instead of every raw sample.
 
 Why (docs/data.md#summaries): a page over 100,000 runs and millions of actions must not scan them
-on every render. So the store keeps, per series (substrate, kind, mode, fidelity, tier, steps,
-workload toolchain) and UTC hour, one row per metric with the counts a page needs: runs, the
-error classes of the failures (harness errors among them, counted apart), and over the
+on every render. So the store keeps, per series (substrate, kind, mode, fidelity, launch type,
+tier, steps, workload toolchain) and UTC hour, one row per metric with the counts a page needs:
+runs, the error classes of the failures (harness errors among them, counted apart), and over the
 successful runs' finite samples n, sum (means: totals use the mean), sum of squares (least-squares
 fits), min, max, the coarsest resolution, and a mergeable quantile sketch (`rtax.sketch`, the
 format of retention's rollups: exact up to `sketch.EXACT_LIMIT` samples, within `sketch.ALPHA`
@@ -31,11 +31,11 @@ import numpy as np
 import pandas as pd
 
 from rtax import sketch, stats
-from rtax.record import METRIC_COLUMNS, METRIC_PHASES, PHASE_COLUMNS
+from rtax.record import METRIC_COLUMNS, METRIC_PHASES, PHASE_COLUMNS, PHASES, phases_of
 
 #: What a summary row is keyed by, besides its metric (the table's primary key with it).
 KEY = (
-    *("substrate", "kind", "mode", "fidelity", "tier", "steps", "toolchain"),
+    *("substrate", "kind", "mode", "fidelity", "launch_type", "tier", "steps", "toolchain"),
     *("bucket", "bucket_start"),
 )
 #: Every run is summarized twice: per hour (a window's edges) and per day (its whole days),
@@ -123,10 +123,14 @@ def _samples(
     run: Mapping[str, Any], action_rows: Mapping[str, int] | None
 ) -> dict[str, tuple[list[float], float | None]]:
     """metric -> (the run's samples of it, its resolution): empty for a failed run, whose
-    latencies never count, except its action-row count."""
+    latencies never count, except its action-row count. A phase its launch type does not have
+    (a warm run's create, a cold run's claim) is no metric of it at all."""
     out: dict[str, tuple[list[float], float | None]] = {}
     ok = run.get("status") == "ok"
+    absent = {f"{p}_s" for p in PHASES} - {f"{p}_s" for p in phases_of(run.get("launch_type"))}
     for metric in RUN_METRICS:
+        if metric in absent:
+            continue
         v = run.get(metric) if ok else None
         out[metric] = (
             [] if v is None or _nan(v) else [float(v)],
@@ -150,6 +154,7 @@ def _add(
         run.get("kind"),
         run.get("mode") or "exec",
         run.get("fidelity") or "real",
+        run.get("launch_type") or "cold",
         run["tier"],
         int(run.get("steps") or 0),
         run.get("toolchain") or "",

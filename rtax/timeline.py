@@ -79,6 +79,7 @@ def _label(frame: pd.DataFrame) -> pd.DataFrame:
     frame["steps"] = frame["steps"].astype(int)
     frame["mode"] = frame["mode"].fillna("exec")
     frame["fidelity"] = frame["fidelity"].fillna("real")
+    frame["launch_type"] = frame["launch_type"].fillna("cold")
     distinct = frame[_SERIES].drop_duplicates()
     records = distinct.to_dict("records")
     distinct = distinct.assign(

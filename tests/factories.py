@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rtax.record import ACTION_COLUMNS, PHASES, RUN_COLUMNS, RolloutRecord
+from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord, phases_of
 
 
 def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
-    """A successful run row with known values (the keys of `rtax.record.run_row`)."""
-    phases = {f"{p}_s": 0.01 * (i + 1) for i, p in enumerate(PHASES)}
+    """A successful cold run row with known values (the keys of `rtax.record.run_row`)."""
+    phases = {f"{p}_s": 0.01 * (i + 1) for i, p in enumerate(phases_of("cold"))}
     run: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
     run |= {
         "run_id": run_id,
@@ -22,6 +22,7 @@ def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
         "substrate": "local",
         "kind": "local",
         "mode": "exec",
+        "launch_type": "cold",
         "tier": "T0",
         "steps": 0,
         "seed": 0,

@@ -9,6 +9,7 @@ import pytest
 
 from rtax import cli, config
 from rtax.paths import checkout_root
+from rtax.substrates.pool import PoolSettings
 
 GOOD = """
 database = "x.db"
@@ -135,6 +136,20 @@ def test_metrics_table(tmp_path: Path) -> None:
         ("[metrics]\nenabled = 'yes'\n", "metrics.enabled"),
         ("[metrics]\naddress = ''\n", "metrics.address"),
         ("[metrics]\npath = '/m'\n", "metrics.path"),
+        *(
+            (f"[[substrates]]\nname = 'd'\nkind = 'local'\npool = {pool}\n", f"substrates.d.{key}")
+            for pool, key in (
+                ("4", "pool"),
+                ("{}", "pool.size"),
+                ("{ size = 0 }", "pool.size"),
+                ("{ size = 2.5 }", "pool.size"),
+                ("{ size = 2, refill_concurrency = 3 }", "pool.refill_concurrency"),
+                ("{ size = 2, refill_concurrency = 0 }", "pool.refill_concurrency"),
+                ("{ size = 2, max_idle = 'soon' }", "pool.max_idle"),
+                ("{ size = 2, max_idle = '500ms' }", "pool.max_idle"),
+                ("{ size = 2, warm = true }", "pool.warm"),
+            )
+        ),
     ],
 )
 def test_each_mistake_is_one_line_naming_its_key(
@@ -151,6 +166,19 @@ def test_each_mistake_is_one_line_naming_its_key(
     assert all(line.startswith("rtax config: error: ") for line in lines)
     assert any(key in line for line in lines)
     assert "Traceback" not in err
+
+
+def test_a_pool_is_read_with_its_defaults(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text(
+        GOOD + "[[substrates]]\nname = 'warm'\nkind = 'local'\npool = { size = 4 }\n"
+        "[[substrates]]\nname = 'warmer'\nkind = 'local'\n"
+        "pool = { size = 8, refill_concurrency = 3, max_idle = '2m' }\n"
+    )
+    conf = config.load(file).substrates
+    assert conf["local"].pool is None
+    assert conf["warm"].pool == PoolSettings(size=4, refill_concurrency=1, max_idle_s=600.0)
+    assert conf["warmer"].pool == PoolSettings(size=8, refill_concurrency=3, max_idle_s=120.0)
 
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

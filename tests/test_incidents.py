@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from rtax import migrations, monitor
+from rtax import incidents, migrations, monitor
 from rtax.rules import Alerts, Detection, Rule
 from rtax.store import Store
 from tests.factories import make_record
@@ -82,6 +82,26 @@ def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
     for i in range(60, 65):
         last = _probe(store, i, 1.0)
         assert _check(store, last).opened == []
+
+
+def test_warm_claims_beside_cold_starts_are_two_series_not_a_change(store: Store) -> None:
+    """A substrate probed through a warm pool, then with the pool taken out of its entry:
+    claims of a few ms, then cold starts of 1 s. As one series that is a 250x slowdown; as
+    the two series they are (docs/measurement.md#warm-pools), neither changed."""
+    for i in range(70):
+        if i < 40:
+            _probe(store, i, 0.004 + 0.0001 * (i % 3), launch_type="warm", claim_s=0.004)
+        else:
+            _probe(store, i, 1.0 + 0.01 * (i % 3))
+    report = _check(store, T0 + timedelta(minutes=70))
+    assert report.opened == [] and store.open_incidents() == []
+    seen = store.series_seen(monitor.stamp(T0))
+    assert sorted(seen["launch_type"]) == ["cold", "warm"]
+    warm = seen[seen["launch_type"] == "warm"].iloc[0]
+    assert incidents.series_key(warm) == "local T0 S=0 exec real warm"
+    assert incidents.series_key(seen[seen["launch_type"] == "cold"].iloc[0]) == (
+        "local T0 S=0 exec real"  # a cold series keeps the key it always had
+    )
 
 
 def test_latency_of_failed_rollouts_never_opens_an_incident(store: Store) -> None:

@@ -347,3 +347,63 @@ def test_a_destroy_that_fails_is_kept_as_cleanup_failed() -> None:
     sub.commands["a"] = ExecError("boom")  # an earlier failure keeps its own class
     again = _run(sub, clock, Workload("T1", 0, 0, actions=(Action("exec", "a"),)))
     assert (again.run["error_class"], again.run["cleanup_ok"]) == ("exec_error", 0)
+
+
+# -- warm starts: the claim phase (docs/measurement.md#warm-pools) ---------------------------
+
+
+class _Pooled(FakeSubstrate):
+    """A fake warm pool: `claim` takes `claim_s` on the fake clock and hands over an
+    environment made before the rollout (its making is in `pool`, not in the run's phases)."""
+
+    claim_s = 0.0625
+    refuse: Exception | None = None
+
+    def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:
+        self.calls.append("claim")
+        self.asked = (lifetime_s, timeout_s)
+        self.clock.advance(self.claim_s)
+        if self.refuse is not None:
+            raise self.refuse
+        env = Environment(env_id="pooled-1", run_id=run_id)
+        env.pool = {"create_s": 1.5, "time_to_first_command_s": 3.875, "waited_s": 0.0}
+        return env
+
+
+def test_a_warm_start_claims_instead_of_creating_and_its_first_command_is_the_claim() -> None:
+    clock = FakeClock()
+    sub = _Pooled(clock, DURATIONS, {"a": (0.5, 0, "ok"), "b": (0.25, 0, "ok")})
+    workload = Workload("T1", 0, 0, actions=(Action("exec", "a"), Action("exec", "b")))
+    record = _run(sub, clock, workload, deadline_s=600, cleanup_timeout_s=60)
+    run = record.run
+    assert run["status"] == "ok", run["error_message"]
+    assert run["launch_type"] == "warm"
+    assert sub.calls == ["claim", "a", "b", "destroy"]  # nothing made, no ready command
+    assert sub.asked == (660, 300 + 120)  # its lifetime; as long as a cold start may wait
+    assert (run["create_s"], run["orchestration_s"], run["ready_s"]) == (None, None, None)
+    assert run["claim_s"] == 0.0625
+    assert run["time_to_first_command_s"] == 0.0625
+    assert run["episode_s"] == pytest.approx(0.0625 + 0.75)
+    assert run["wall_s"] == pytest.approx(0.0625 + 0.75 + 0.75)  # + cleanup
+    assert run["overhead_s"] == pytest.approx(0.0, abs=1e-12)
+    assert [a["phase"] for a in record.actions] == ["action", "action"]
+    assert [a["t_offset_s"] for a in record.actions] == pytest.approx([0.0625, 0.5625])
+    assert json.loads(run["provenance"])["pool"]["time_to_first_command_s"] == 3.875
+
+
+def test_a_claim_that_times_out_is_a_failed_warm_run_with_its_wait_kept() -> None:
+    from rtax.substrates.base import ClaimTimeout
+
+    clock = FakeClock()
+    sub = _Pooled(clock, DURATIONS, {"a": (0.5, 0, "ok")})
+    sub.claim_s, sub.refuse = 420.0, ClaimTimeout("no environment within 420 s")
+    record = _run(sub, clock, Workload("T1", 0, 0, actions=(Action("exec", "a"),)))
+    run = record.run
+    assert (run["status"], run["error_class"], run["launch_type"]) == (
+        "failed",
+        "claim_timeout",
+        "warm",
+    )
+    assert run["claim_s"] == 420.0 and run["wall_s"] == 420.0  # the wait is the phase
+    assert run["time_to_first_command_s"] is None  # nothing was handed over
+    assert sub.calls == ["claim"] and run["cleanup_ok"] is None  # nothing to clean up

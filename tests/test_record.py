@@ -137,9 +137,10 @@ def test_a_rollout_and_a_failed_record_have_exactly_the_same_keys(fail: bool) ->
 
 def test_a_finished_rollout_row_derives_what_the_model_says() -> None:
     run = run_rollout(_Fake(), _WORKLOAD, run_id="r1").run
-    phases = [run[c] for c in record.PHASE_COLUMNS]
+    assert run["launch_type"] == "cold" and run["claim_s"] is None  # it made its environment
+    phases = [run[c] for c in record.PHASE_COLUMNS if c != "claim_s"]
     assert sum(phases) == pytest.approx(run["wall_s"])
-    first = record.METRIC_PHASES["time_to_first_command_s"]
+    first = ("create", "orchestration", "ready")
     assert run["time_to_first_command_s"] == pytest.approx(sum(run[f"{p}_s"] for p in first))
     assert run["orchestration_res_s"] == 0.125  # reported by the substrate
     assert run["setup_res_s"] == 0.25 and run["actions_res_s"] == 0.5  # summed over commands
@@ -170,7 +171,7 @@ def test_a_failed_record_keeps_only_what_is_known() -> None:
     assert row["overhead_s"] is None  # no phase was timed: nothing to subtract
     known = {"run_id", "started_at", "ended_at", "substrate", "kind", "mode", "tier", "steps"}
     known |= {"seed", "fidelity", "status", "error_class", "error_message", "wall_s"}
-    known |= {"n_actions", "milestones", "host", "rtax_version", "provenance"}
+    known |= {"n_actions", "milestones", "host", "rtax_version", "provenance", "launch_type"}
     assert {k for k, v in row.items() if v is not None} == known
 
 
@@ -221,6 +222,42 @@ def test_time_to_first_command_needs_a_successful_ready_command() -> None:
     row = run_row(**kw, actions=[refused, accepted])
     assert row["time_to_first_command_s"] == 7.0
     assert row["overhead_s"] == 1.0
+
+
+def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
+    """Warm (docs/measurement.md#warm-pools): no ready command ran in the run, the pool's
+    handover is what makes its first command possible; a claim that handed nothing over
+    (it timed out) has no time to first command, and its wait still counts in the wall."""
+    kw = dict(
+        run_id="r",
+        started_at="t",
+        substrate="s",
+        kind="k",
+        mode=None,
+        tier="T0",
+        steps=0,
+        seed=0,
+        fidelity="real",
+        error_class=None,
+        error_message=None,
+        provenance=record.origin(),
+        wall_s=1.0,
+        launch_type="warm",
+    )
+    phases = {"claim": 0.25, "actions": 0.5, "cleanup": 0.125}
+    row = run_row(**kw, phases=phases, claimed=True)
+    assert (row["time_to_first_command_s"], row["claim_s"], row["create_s"]) == (0.25, 0.25, None)
+    assert row["overhead_s"] == 0.125 and row["launch_type"] == "warm"
+    waited = run_row(**{**kw, "error_class": "claim_timeout"}, phases={"claim": 1.0})
+    assert waited["time_to_first_command_s"] is None and waited["overhead_s"] == 0.0
+    assert (
+        run_row(**{**kw, "launch_type": "cold"}, phases=phases)["time_to_first_command_s"] is None
+    )
+    assert record.phases_of("warm") == ("claim", "setup", "actions", "cleanup")
+    assert record.phases_of(None) == record.phases_of("cold")
+    assert "claim" not in record.phases_of("cold")
+    with pytest.raises(ValueError, match="launch_type"):
+        run_row(**{**kw, "launch_type": "tepid"})
 
 
 def test_the_export_is_in_field_order(tmp_path: Path) -> None:

@@ -146,6 +146,34 @@ interval = "1s"
     assert 1.0 <= stuck["wall_s"] < 5
 
 
+def test_a_pooled_substrate_is_filled_at_start_claimed_from_and_emptied_at_stop(
+    tmp_path: Path, attrs_fixture, factory
+) -> None:
+    """docs/configuration.md#warm-pools: the scheduler fills the pool before its first plan
+    runs, its rollouts are warm (their time to first command is the claim), the same kind
+    without a pool stays cold, and stopping destroys every environment the pool holds."""
+    plans = PLAN_T0.replace('substrates = ["local"]', 'substrates = ["local", "warm"]')
+    extra = '[[substrates]]\nname = "warm"\nkind = "local"\npool = { size = 2 }\n'
+    conf = _config(tmp_path, plans, extra)
+    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
+    prober.start()
+    try:
+        (pool,) = prober.compose.pools.values()
+        assert pool.counts()["ready"] == 2  # filled before the first plan ran
+        wait_for(lambda: (_runs(conf.database)["substrate"] == "warm").sum() >= 3, 30, "3 warm")
+    finally:
+        prober.stop(wait=True)
+    runs = _runs(conf.database)
+    assert (runs["status"] == "ok").all()
+    warm, cold = runs[runs["substrate"] == "warm"], runs[runs["substrate"] == "local"]
+    assert set(warm["launch_type"]) == {"warm"} and set(cold["launch_type"]) == {"cold"}
+    assert (warm["time_to_first_command_s"] == warm["claim_s"]).all()
+    assert warm["create_s"].isna().all() and cold["claim_s"].isna().all()
+    assert pool.counts()["ready"] == 0  # the pool was emptied
+    leftovers = LocalSubstrate(name="warm", root=tmp_path / "envs").leftovers()
+    assert leftovers == []
+
+
 def test_a_second_scheduler_refuses(tmp_path: Path, prober_of) -> None:
     conf = _config(tmp_path, PLAN_T0)
     prober_of(conf)

@@ -19,6 +19,9 @@ from rtax import stats
 from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
 from rtax.stats import TrajectoryFit
 
+#: The phases of a cold run (a warm one has claim_s instead of create … ready).
+COLD = tuple(c for c in PHASE_COLUMNS if c != "claim_s")
+
 # -- helpers ---------------------------------------------------------------------------------
 
 
@@ -33,7 +36,7 @@ def run(
     **extra: Any,
 ) -> dict[str, Any]:
     """One run row with the columns stats reads; phases default to 0.1 s each."""
-    phases = phases if phases is not None else (0.1,) * len(PHASE_COLUMNS)
+    phases = phases if phases is not None else (0.1,) * len(COLD)
     row: dict[str, Any] = {
         "substrate": substrate,
         "mode": "exec",
@@ -45,7 +48,8 @@ def run(
         "wall_s": sum(phases),
         "time_to_first_command_s": sum(phases[:3]),
         "n_actions": n_actions,
-        **dict(zip(PHASE_COLUMNS, phases, strict=True)),
+        **dict(zip(COLD, phases, strict=True)),
+        "claim_s": None,
     }
     row.update(extra)
     return row
@@ -293,25 +297,25 @@ def test_phase_means_per_group() -> None:
     assert means["substrate"].tolist() == ["a", "b"]
     assert means["n"].tolist() == [2, 1]
     a = means.iloc[0]
-    assert [a[c] for c in PHASE_COLUMNS] == pytest.approx([2, 3, 4, 5, 6, 7, 8])
-    assert [means.iloc[1][c] for c in PHASE_COLUMNS] == pytest.approx([0.5] * 7)
+    assert [a[c] for c in COLD] == pytest.approx([2, 3, 4, 5, 6, 7, 8])
+    assert [means.iloc[1][c] for c in COLD] == pytest.approx([0.5] * 7)
+    assert means["claim_s"].isna().all()  # cold runs claim nothing
 
 
 def test_phase_means_add_up_to_mean_of_per_run_sums() -> None:
     rng = np.random.default_rng(7)
     rows = [
-        run(phases=tuple(float(x) for x in rng.uniform(0.001, 2.0, len(PHASE_COLUMNS))))
-        for _ in range(25)
+        run(phases=tuple(float(x) for x in rng.uniform(0.001, 2.0, len(COLD)))) for _ in range(25)
     ]
     runs = frame(*rows)
     means = stats.phase_means(runs)
     assert len(means) == 1
-    total_of_means = float(means.iloc[0][list(PHASE_COLUMNS)].sum())
-    mean_of_totals = float(runs[list(PHASE_COLUMNS)].sum(axis=1).mean())
+    total_of_means = float(means.iloc[0][list(COLD)].sum())
+    mean_of_totals = float(runs[list(COLD)].sum(axis=1).mean())
     assert total_of_means == pytest.approx(mean_of_totals, rel=1e-12)
     # ... whereas medians of phases do not add up to the median total in general.
-    sum_of_medians = float(runs[list(PHASE_COLUMNS)].median().sum())
-    median_total = float(runs[list(PHASE_COLUMNS)].sum(axis=1).median())
+    sum_of_medians = float(runs[list(COLD)].median().sum())
+    median_total = float(runs[list(COLD)].sum(axis=1).median())
     assert sum_of_medians != pytest.approx(median_total, rel=1e-9)
 
 

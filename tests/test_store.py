@@ -369,6 +369,67 @@ def test_v4_file_gains_resolution_columns_and_keeps_old_rows(db_path: Path) -> N
         assert new_res.iloc[1:].tolist() == pytest.approx([0.05, 0.05])
 
 
+def _warm(run_id: str, claim_s: float, **overrides: Any) -> RolloutRecord:
+    """A warm run: claimed from a pool, so no create, orchestration or ready of its own."""
+    run = make_run(
+        run_id,
+        launch_type="warm",
+        create_s=None,
+        orchestration_s=None,
+        ready_s=None,
+        claim_s=claim_s,
+        time_to_first_command_s=claim_s,
+        **overrides,
+    )
+    return RolloutRecord(run=run, actions=[make_action(run_id, 0, "action")])
+
+
+def test_v8_file_gains_launch_types_its_rows_cold_and_its_rollups_kept(db_path: Path) -> None:
+    """A file from before warm pools (v8): its runs and rollups are cold; warm runs saved after
+    the upgrade summarize apart from them (docs/measurement.md#warm-pools)."""
+    db = sqlite_utils.Database(db_path)
+    for version, migration in migrations.MIGRATIONS:
+        if version <= 8:
+            migration(db)
+    db.execute("PRAGMA user_version = 8")
+    _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00"))
+    rollup = dict.fromkeys(c for c in migrations.ROLLUP_COLUMNS if c != "launch_type")
+    rollup.update(substrate="docker", kind="docker", mode="exec", fidelity="real", tier="T0")
+    rollup.update(steps=0, bucket="day", bucket_start="2024-01-01T00:00:00.000000+00:00")
+    rollup.update(metric="wall_s", runs=3, n=3, sum=0.75, sketch='{"v": [0.25, 0.25, 0.25]}')
+    db["rollups"].insert(rollup)
+    db.conn.commit()
+    db.conn.close()
+
+    with Store(db_path) as s:
+        assert s.version == SCHEMA_VERSION
+        (kept,) = s.rollups().to_dict("records")
+        assert (kept["launch_type"], kept["runs"], kept["sum"]) == ("cold", 3, 0.75)
+        s.save_rollout(make_record("cold-run", started_at="2024-06-01T12:10:00+00:00"))
+        s.save_rollout(_warm("warm-run", 0.004, started_at="2024-06-01T12:20:00+00:00"))
+        runs = s.runs().set_index("run_id")
+        assert runs["launch_type"].to_dict() == {
+            "old-run": "cold",
+            "cold-run": "cold",
+            "warm-run": "warm",
+        }
+        assert pd.isna(runs.loc["old-run", "claim_s"])
+        rows = s.summaries(metrics=["time_to_first_command_s"])
+        rows = rows[(rows["bucket"] == "day") & (rows["substrate"] == "local")]
+        by_launch = rows.set_index("launch_type")[["runs", "n", "sum"]].to_dict("index")
+        # two series: the cold ones' 0.06 s each (factory phases), the warm one's claim
+        assert by_launch["cold"]["n"] == 2
+        assert by_launch["cold"]["sum"] == pytest.approx(0.12)
+        assert by_launch["warm"] == {"runs": 1, "n": 1, "sum": pytest.approx(0.004)}
+        claims = s.summaries(metrics=["claim_s", "create_s"])
+        claims = claims[(claims["bucket"] == "day") & (claims["substrate"] == "local")]
+        # a phase its launch type lacks is no metric of it: no cold claim, no warm create
+        assert sorted(zip(claims["metric"], claims["launch_type"], strict=True)) == [
+            ("claim_s", "warm"),
+            ("create_s", "cold"),
+        ]
+
+
 def test_export_carries_resolution(store: Store, tmp_path: Path) -> None:
     store.save_rollout(
         RolloutRecord(
@@ -396,7 +457,8 @@ def test_migrate_reports_versions_applied(db_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(store_module.Store, "migrate", spy)
     Store(db_path).close()
     Store(db_path).close()
-    assert applied == list(range(2, SCHEMA_VERSION + 1))  # from v1 up, once, then nothing
+    versions = [v for v, _ in migrations.MIGRATIONS]
+    assert applied == versions[1:]  # from v1 up, once, then nothing
 
 
 def test_failed_migration_leaves_the_file_openable(

@@ -32,6 +32,12 @@ SERIES = (
     ("docker", "docker", "exec", "real", "T2", 10, 12, 1.5),
     ("docker", "docker", "exec", "real", "T2", 50, 12, 3.5),
 )
+#: Series claimed from a warm pool: the same substrates, another series each.
+WARM = (
+    ("docker", "docker", "exec", "real", "T0", 0, 30, 0.05),
+    ("docker", "docker", "exec", "real", "T2", 10, 12, 1.2),
+    ("docker", "docker", "exec", "real", "T2", 50, 12, 3.2),
+)
 
 
 def _records():
@@ -39,7 +45,9 @@ def _records():
     errors (never a substrate's), milestones and resolutions."""
     rng = np.random.default_rng(7)
     i = 0
-    for substrate, kind, mode, fidelity, tier, steps, n, median in SERIES:
+    series = [(*row, "cold") for row in SERIES] + [(*row, "warm") for row in WARM]
+    for substrate, kind, mode, fidelity, tier, steps, n, median, launch in series:
+        warm = launch == "warm"
         for _ in range(n):
             i += 1
             episode = float(rng.lognormal(math.log(median), 0.5))
@@ -48,9 +56,19 @@ def _records():
             failed = draw < 0.05
             harness = 0.05 <= draw < 0.07
             started = BASE + timedelta(seconds=float(rng.uniform(0, 30 * 3600)))
+            start = {"create_s": ttfc * 0.3, "ready_s": ttfc * 0.7}
+            if warm:  # claimed: nothing made in the run
+                start = {
+                    "claim_s": ttfc,
+                    "create_s": None,
+                    "orchestration_s": None,
+                    "ready_s": None,
+                }
             yield make_record(
                 f"r{i:04d}",
-                phases=("ready", *("action",) * int(rng.integers(1, 4))),
+                phases=(*(() if warm else ("ready",)), *("action",) * int(rng.integers(1, 4))),
+                launch_type=launch,
+                **start,
                 substrate=substrate,
                 kind=kind,
                 mode=mode,
@@ -62,8 +80,6 @@ def _records():
                 error_class="harness_error" if harness else ("ready_timeout" if failed else None),
                 episode_s=None if failed else episode,
                 time_to_first_command_s=ttfc,
-                create_s=ttfc * 0.3,
-                ready_s=ttfc * 0.7,
                 ready_res_s=0.05 if substrate == "kubernetes" else None,
                 milestones=f'[{{"name": "created", "t_s": {ttfc * 0.3}}}]',
             )
@@ -159,6 +175,32 @@ def test_summaries_after_saves_agree_with_the_raw_path(db: Path) -> None:
     )
 
 
+def test_warm_and_cold_starts_are_two_series_on_every_table(db: Path) -> None:
+    """A warm pool's claims and the same substrate's cold starts are never one figure: each
+    table has both series, the warm one's time to first command is its claims' alone."""
+    with Store(db, read_only=True) as store:
+        rows, runs = _rows(store), _raw(store)
+    overview = summarized.overview(rows).set_index(["series", "tier", "steps"])
+    warm_t0, cold_t0 = overview.loc[("docker · warm", "T0", 0)], overview.loc[("docker", "T0", 0)]
+    claims = runs[(runs["launch_type"] == "warm") & (runs["tier"] == "T0")]
+    ok = claims[claims["status"] == "ok"]
+    assert (
+        warm_t0["ttfc_n"] == len(ok)
+        and warm_t0["runs"] == (claims["error_class"] != "harness_error").sum()
+    )
+    assert warm_t0["ttfc_p50_s"] == pytest.approx(float(np.percentile(ok["claim_s"], 50)))
+    assert (
+        cold_t0["ttfc_n"]
+        == 40
+        - (runs[(runs["series"] == "docker") & (runs["tier"] == "T0")]["status"] != "ok").sum()
+    )
+    phases = summarized.phase_percentiles(rows)
+    warm = set(phases.loc[phases["series"] == "docker · warm", "phase"])
+    cold = set(phases.loc[phases["series"] == "docker", "phase"])
+    assert "claim" in warm and not warm & {"create", "orchestration", "ready"}
+    assert "claim" not in cold and {"create", "orchestration", "ready"} <= cold
+
+
 def test_a_window_is_exact_at_its_edge(db: Path) -> None:
     """A window starting mid-hour: whole hours from the table, the rest from raw runs."""
     since = (BASE + timedelta(hours=2, minutes=17)).isoformat(timespec="microseconds")
@@ -199,9 +241,9 @@ def test_rebuild_equals_the_rows_kept_as_data_arrived(db: Path, tmp_path: Path) 
     path = tmp_path / "copy.db"
     path.write_bytes(db.read_bytes())
     with Store(path) as store:
-        kept = store.summaries().sort_values(list(summaries.COLUMNS[:10])).reset_index(drop=True)
+        kept = store.summaries().sort_values([*summaries.KEY, "metric"]).reset_index(drop=True)
         store.rebuild_summaries()
-        rebuilt = store.summaries().sort_values(list(summaries.COLUMNS[:10]))
+        rebuilt = store.summaries().sort_values([*summaries.KEY, "metric"])
     rebuilt = rebuilt.reset_index(drop=True)
     exact = [c for c in summaries.COLUMNS if c not in ("sum", "sumsq")]
     pd.testing.assert_frame_equal(rebuilt[exact], kept[exact])

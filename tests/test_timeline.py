@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax import retention, timeline
+from rtax import retention, status, timeline
 from rtax.dashboard import data
 from rtax.store import Store
 
@@ -35,8 +35,8 @@ def _save(store: Store, run_id: str, at: datetime, ttfc: float | None, **kw) -> 
 
 
 def _runs(store: Store) -> pd.DataFrame:
-    columns = ["substrate", "tier", "steps", "mode", "fidelity", "started_at", "status"]
-    return store.runs(columns=[*columns, "error_class", "time_to_first_command_s"])
+    columns = [*status.SERIES, "started_at", "status", "error_class", "time_to_first_command_s"]
+    return store.runs(columns=columns)
 
 
 def test_five_minute_points_by_hand(store: Store) -> None:

@@ -21,6 +21,7 @@ PHASE_COLORS = {
     "create_s": "#4C78A8",
     "orchestration_s": "#F58518",
     "ready_s": "#E45756",
+    "claim_s": "#EECA3B",
     "setup_s": "#72B7B2",
     "actions_s": "#54A24B",
     "cleanup_s": "#B279A2",

@@ -114,7 +114,7 @@ def phase_percentiles(rows: pd.DataFrame) -> pd.DataFrame:
 
 def milestones(rows: pd.DataFrame) -> pd.DataFrame:
     """`Store.milestone_means` (with its series and workload labels) from summary rows."""
-    by = ["substrate", "mode", "fidelity", "tier", "steps"]
+    by = ["substrate", "mode", "fidelity", "launch_type", "tier", "steps"]
     columns = [*by, "milestone", "mean_t_s", "n", "series", "workload"]
     picked = rows[rows["metric"].str.startswith(summaries.MILESTONE)] if not rows.empty else rows
     merged = summaries.combine(picked, [*by, "metric"])
@@ -124,7 +124,13 @@ def milestones(rows: pd.DataFrame) -> pd.DataFrame:
     merged["mean_t_s"] = merged["sum"] / merged["n"]
     merged["series"] = [
         stats.series_label(*k)
-        for k in zip(merged["substrate"], merged["mode"], merged["fidelity"], strict=True)
+        for k in zip(
+            merged["substrate"],
+            merged["mode"],
+            merged["fidelity"],
+            merged["launch_type"],
+            strict=True,
+        )
     ]
     merged["workload"] = [
         stats.workload_label(t, s) for t, s in zip(merged["tier"], merged["steps"], strict=True)

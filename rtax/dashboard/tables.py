@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from rtax import projection, reference, stats
-from rtax.record import METRIC_PHASES, PHASE_COLUMNS
+from rtax.record import METRIC_PHASES, PHASE_COLUMNS, phases_of
 
 GROUP = ("series", "tier", "steps")
 #: The Overview's columns, whether computed from raw runs (`overview`) or from the summaries
@@ -143,7 +143,10 @@ def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (series, workload), group in runs.groupby(["series", "workload"], sort=True):
         table = stats.phase_summary(group)
-        table = table[table["phase"].isin(PHASES)]
+        # the phases of the series' launch type (a warm series has no create, a cold no claim)
+        launch = group["launch_type"].iloc[0] if "launch_type" in group else None
+        had = [*phases_of(launch), "overhead"]
+        table = table[table["phase"].isin(PHASES) & table["phase"].isin(had)]
         for row in table.itertuples(index=False):
             rows.append(
                 {
@@ -317,9 +320,10 @@ DATA_DICTIONARY = """
 | `harness_errors` | rtax's own failures (`harness_error`): kept and shown, not in `runs` |
 | `create_s` … `cleanup_s` | consecutive phases (s); with `overhead_s` they add up to `wall_s` |
 | `overhead_s` | wall time minus the sum of phases: the harness's own cost |
-| `time_to_first_command_s` | create + orchestration + ready |
-| `episode_s` | create request → end of the last action (the per-tier cold start) |
-| `series` | substrate · mode [fidelity]: what may be aggregated together |
+| `launch_type`, `claim_s` | cold (made) or warm: claimed from a warm pool (`claim_s`, no create) |
+| `time_to_first_command_s` | create + orchestration + ready; warm: claim |
+| `episode_s` | create (or claim) request → end of the last action (the per-tier cold start) |
+| `series` | substrate · mode · warm [fidelity]: what may be aggregated together |
 | `workload` | tier, or tier and trajectory length (`T2 S=50`) |
 | `n` | successful samples behind a statistic; `success_rate` = n / runs (attempts) |
 | `p50`, `p95`, `p99`, `mean` | seconds, from raw samples (linear interpolation) |

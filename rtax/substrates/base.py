@@ -20,6 +20,11 @@ Life of one environment::
     sub.close()                          # release clients and connections
 
 plus the attributes `name`, `kind`, `fidelity`, `mode` and `host_address`.
+
+A substrate that keeps environments made in advance (a warm pool, `rtax.substrates.pool`) also
+speaks `Claims`: ``sub.claim(run_id, lifetime_s=..., timeout_s=...)`` hands over one that is
+already created, running and ready, and the probe runner times that one call as the rollout's
+``claim`` phase in place of create, orchestration and ready (docs/measurement.md#warm-pools).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ FIDELITIES = ("real", "emulated", "modelled")
 
 #: The label every rtax-made environment carries, so that leftovers can be found after a crash.
 LABEL = "rtax"
+#: The no-op command whose first success makes an environment ready (docs/measurement.md).
+READY_COMMAND = "true"
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,10 @@ class Environment:
     resolution: dict[str, float] = field(default_factory=dict)
     #: Rate-limit waits in this environment's calls, in order (none: never rate limited).
     rate_limit_waits: list[RateLimitWait] = field(default_factory=list)
+    #: Set by a warm pool when it hands the environment over (`Claims.claim`): how the pool made
+    #: it (its own create, orchestration and ready times: a cold start, taken before the
+    #: rollout) and how the claim went. The run keeps it in its provenance (``pool``).
+    pool: dict[str, Any] | None = None
 
     def mark(self, name: str) -> None:
         """Record a native milestone now; it explains phases, it never replaces them."""
@@ -173,6 +184,26 @@ class EnvironmentLost(SubstrateError):
 
 class CleanupFailed(SubstrateError):
     error_class = "cleanup_failed"
+
+
+class ClaimTimeout(SubstrateError):
+    """A warm pool had no environment to hand over within the claim's timeout (it stayed empty:
+    its refills were too slow, or kept failing; the message says which)."""
+
+    error_class = "claim_timeout"
+
+
+#: Error classes that end the ready phase at once instead of being retried: a substrate that
+#: already retried a rate limit with back-off and gave up has answered for good, as has an
+#: environment that is gone or a first command that hung.
+READY_FINAL = ("environment_lost", "action_timeout", "rate_limited")
+
+
+def ready_refusal_is_final(exc: SubstrateError) -> bool:
+    """Whether a failed ready attempt ends the ready phase (else it is retried until the ready
+    timeout: a starting environment may refuse commands for a while). One rule for the probe
+    runner's ready phase and a warm pool's own."""
+    return exc.permanent or exc.error_class in READY_FINAL
 
 
 def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -259,6 +290,24 @@ class Substrate(Protocol):
     def close(self) -> None:
         """Release clients and connections; the substrate is not used afterwards."""
         ...
+
+
+@runtime_checkable
+class Claims(Protocol):
+    """A substrate that hands over environments made in advance (`rtax.substrates.pool`)."""
+
+    def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:
+        """An environment already created, running and ready (its first `READY_COMMAND`
+        succeeded), for the rollout `run_id`, whose labels keep it from expiring for at least
+        `lifetime_s`; `ClaimTimeout` when none could be handed over within `timeout_s`.
+        The rollout destroys it afterwards (`destroy`): a used environment is never returned."""
+        ...
+
+
+def launch_type(substrate: object) -> str:
+    """``warm`` for a substrate whose rollouts claim a pooled environment, else ``cold``:
+    the label that keeps the two apart as different series (docs/measurement.md#warm-pools)."""
+    return "warm" if isinstance(substrate, Claims) else "cold"
 
 
 def require_host_address(substrate: Substrate) -> str:

@@ -1,0 +1,183 @@
+"""`make bench` (warm pool part): cold starts against warm claims on Docker, side by side.
+
+Why in one run, interleaved (docs/benchmarks.md): machine noise moves absolute timings, not a
+ratio taken in the same minute. Every figure comes from rollouts through the probe runner, the
+path that produces samples. Printed:
+
+1. cold time-to-first-command p50 (rollouts that create their container) and warm claim p50
+   (rollouts that claim one from a pool of K kept full in the background), alternated one by
+   one, with their ratio. Target: claim <= 1/20 of cold (issue 14).
+2. a burst of B >= 20 rollouts at once against a real pool of K < B (refilled R at a time):
+   the claim p50 and p95 under the burst, how many claims found the pool empty, and the pool's
+   own cold starts (its refills) before and during the burst.
+3. the pool model's predicted claim p50 for that burst beside the measured one (target:
+   within 20 %), from `model_prediction`, the one place the model comes in; without the model
+   in this tree it says so and predicts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+from rtax import stats, workloads
+from rtax.image import ensure_runner
+from rtax.probe import ProbeOptions, run_rollout
+from rtax.record import RolloutRecord
+from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.pool import PoolSettings, WarmPool
+
+#: The claim must be at most this share of the cold start (issue 14's goal).
+CLAIM_TARGET = 1 / 20
+#: The model's p50 must be within this share of the measured one (issue 14, point 3).
+MODEL_TOLERANCE = 0.20
+
+
+def model_prediction(
+    cold_s: list[float], arrivals_s: list[float], pool_size: int, refill_concurrency: int,
+    claim_s: float,
+) -> float | None:  # fmt: skip
+    """THE PLACE THE POOL MODEL COMES IN: the predicted claim p50 (s) of `arrivals_s` (claim
+    requests, s from the burst's start) on a pool of `pool_size` that starts full and refills
+    `refill_concurrency` at a time, each refill a draw from `cold_s` (this pool's own cold
+    starts, measured before the burst); `claim_s` is a claim's own cost when the pool is not
+    empty. `rtax.poolmodel.simulate` (issue 14, point 3) models exactly this pool's rules
+    (rtax/substrates/pool.py); None while it is not in this tree: no prediction is made up."""
+    try:
+        from rtax import poolmodel  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    predicted = poolmodel.simulate(
+        cold_s, arrivals_s, pool_size, refill_concurrency, claim_s=claim_s
+    )
+    return float(predicted.p50_s)
+
+
+def _ok(record: RolloutRecord) -> RolloutRecord:
+    if not record.ok:
+        raise SystemExit(
+            f"benchmark rollout on {record.run['substrate']} ({record.run['launch_type']}) "
+            f"failed: {record.run['error_class']}: {record.run['error_message']}"
+        )
+    return record
+
+
+def _p(values: list[float], q: float) -> float:
+    return stats.percentile(values, q)
+
+
+def _ms(label: str, values: list[float], extra: str = "") -> str:
+    return f"  {label:<44} {_p(values, 50) * 1e3:10.3f} ms  (n={len(values)}){extra}"
+
+
+def _burst(pool: WarmPool, size: int, options: ProbeOptions) -> list[RolloutRecord]:
+    """`size` T0 rollouts started at once (a barrier), each claiming from `pool`."""
+    barrier = threading.Barrier(size)
+    records: list[RolloutRecord | None] = [None] * size
+
+    def one(i: int) -> None:
+        barrier.wait()
+        records[i] = run_rollout(pool, workloads.build("T0"), options=options)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(options.deadline_s + options.cleanup_timeout_s)
+    missing = [i for i, r in enumerate(records) if r is None]
+    if missing:
+        raise SystemExit(f"burst: rollouts {missing} never returned")
+    return [_ok(r) for r in records if r is not None]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=20, help="cold and warm rollouts each")
+    parser.add_argument("--pool", type=int, default=4, help="pool size K")
+    parser.add_argument("--refill", type=int, default=2, help="refill concurrency")
+    parser.add_argument("--burst", type=int, default=24, help="rollouts at once (>= 20, > K)")
+    args = parser.parse_args()
+    if args.burst < 20 or args.burst <= args.pool:
+        parser.error("--burst must be at least 20 and larger than --pool")
+
+    try:
+        image_id = ensure_runner(log=lambda m: print(m, file=sys.stderr))
+    except Exception as exc:  # no engine: say so, don't pretend
+        print(f"warm pool bench skipped: {exc}")
+        return 0
+    options = ProbeOptions(deadline_s=600)
+    cold_sub = DockerSubstrate(name="docker-bench-cold")
+    settings = PoolSettings(args.pool, args.refill)
+    pool = WarmPool(
+        DockerSubstrate(name="docker-bench-pool"),
+        settings,
+        rollout_lifetime_s=options.deadline_s + options.cleanup_timeout_s,
+    )
+    try:
+        pool.prepare(lambda m: print(m, file=sys.stderr))
+        cold_ttfc: list[float] = []
+        claims: list[float] = []
+        for _ in range(args.starts):  # alternated: drift hits both sides alike
+            cold = _ok(run_rollout(cold_sub, workloads.build("T0"), options=options))
+            cold_ttfc.append(cold.run["time_to_first_command_s"])
+            warm = _ok(run_rollout(pool, workloads.build("T0"), options=options))
+            claims.append(warm.run["claim_s"])
+        quiet = [m["time_to_first_command_s"] for m in pool.made]  # the pool's cold starts
+        _wait_full(pool)
+        before = len(pool.made)
+        burst = _burst(pool, args.burst, options)
+        _wait_full(pool)
+        refills = [m["time_to_first_command_s"] for m in pool.made[before:]]
+    finally:
+        pool.close()
+        cold_sub.close()
+
+    c, w = _p(cold_ttfc, 50), _p(claims, 50)
+    print(f"rtax bench (warm pool, docker, image {image_id[:19]}, T0)")
+    print(_ms("cold time-to-first-command p50", cold_ttfc))
+    print(_ms("warm claim p50", claims, f"  pool of {args.pool}, refilled {args.refill} at once"))
+    verdict = "meets target" if w <= CLAIM_TARGET * c else "MISSES target"
+    print(f"  {'warm claim / cold time-to-first-command':<44} {w / c:10.5f}x   target <= 1/20: "
+          f"{verdict}")  # fmt: skip
+    burst_claims = [r.run["claim_s"] for r in burst]
+    drained = sum(json_pool(r)["found_ready"] == 0 for r in burst)
+    print(f"  burst of {args.burst} rollouts at once on a pool of {args.pool}:")
+    tail = f"  p95 {_p(burst_claims, 95) * 1e3:.1f} ms; {drained} found the pool empty"
+    print(_ms("claim p50 under the burst", burst_claims, tail))
+    print(_ms("the pool's cold starts before the burst p50", quiet))
+    print(_ms("its refills during the burst p50", refills))
+    predicted = model_prediction(
+        quiet, [0.0] * args.burst, args.pool, args.refill, claim_s=statistics.median(claims)
+    )
+    measured = _p(burst_claims, 50)
+    if predicted is None:
+        print("  pool model: rtax.poolmodel is not in this tree; no prediction made")
+    else:
+        near = abs(predicted - measured) <= MODEL_TOLERANCE * measured
+        print(f"  {'pool model: predicted claim p50 under the burst':<44} {predicted * 1e3:10.3f} "
+              f"ms  vs measured {measured * 1e3:.3f} ms   target within 20 %: "
+              f"{'meets target' if near else 'MISSES target'}")  # fmt: skip
+    return 0
+
+
+def json_pool(record: RolloutRecord) -> dict[str, Any]:
+    """What the pool said of the claim (the run's ``pool`` provenance)."""
+    return json.loads(record.run["provenance"])["pool"]
+
+
+def _wait_full(pool: WarmPool, timeout_s: float = 300.0) -> None:
+    """Until every slot is ready again (a condition of the pool's, polled with a deadline)."""
+    end = time.monotonic() + timeout_s
+    while pool.counts()["ready"] < pool.settings.size:
+        if time.monotonic() > end:
+            raise SystemExit(f"the pool did not refill within {timeout_s:g} s: {pool.counts()}")
+        time.sleep(0.05)  # polling the pool, not timing anything
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
