@@ -36,15 +36,21 @@ def _ours(docker_api, pid: int) -> list[dict]:
     return [c for c in found if c["Labels"].get(kit.OWNER) == owner]
 
 
-def test_a_burst_of_20_on_docker(docker_api, runner_image: str, tmp_path: Path) -> None:
-    db = tmp_path / "burst.db"
+@pytest.fixture(scope="module")
+def bursts_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One database for both real bursts: the Capacity page is read from it at the end."""
+    return tmp_path_factory.mktemp("bursts") / "bursts.db"
+
+
+def test_a_burst_of_20_on_docker(docker_api, runner_image: str, bursts_db: Path) -> None:
+    db = bursts_db
     done = load.burst(LoadPlan("docker", n=20), db=db, deadline=300)
     assert done.interrupted is None and not done.spooled
     problems = [(r.run["error_class"], r.run["error_message"]) for r in done.records if not r.ok]
     assert problems == []
     with Store(db) as store:
         row = check_load(store, done.load_id)
-        assert store.count("runs") == 20
+        assert len(store.runs(substrate="docker")) == 20
     assert row["fidelity"] == "real" and row["kind"] == "docker"
     assert row["ready"] == 20 and row["time_to_all_ready_s"] >= row["time_to_first_ready_s"]
     assert row["concurrency"] > 1  # the engine saw them overlap, whatever it made of them
@@ -57,11 +63,11 @@ def daytona(runner_image: str) -> Iterator[DaytonaEmulation]:
         yield emu
 
 
-def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, tmp_path: Path) -> None:
+def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, bursts_db: Path) -> None:
     """Three creates refused with 429 (retried: three rate-limit waits) and one sandbox that
     fails to start (environment_lost): the record counts both as its rollouts do."""
     sub = get_substrate("daytona", **daytona.substrate_params(), rate_limit_base_s=0.01)
-    db = tmp_path / "burst.db"
+    db = bursts_db
     plan = LoadPlan("daytona", n=20)
     try:
         daytona.faults.fail("create", 429, message="Too many requests", times=3)
@@ -88,6 +94,39 @@ def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, tmp_p
     assert row["ok"] == 19 and row["ready"] == 19
     assert pd.isna(row["time_to_all_ready_s"])  # one never got there
     assert row["time_to_first_ready_s"] > 0
+
+
+def test_the_capacity_page_shows_both_bursts_envelopes(bursts_db: Path) -> None:
+    """The Capacity page in real Chromium, from the two real bursts above: an envelope per
+    series, each the one `rtax.envelope` fits from the file."""
+    from browser import chromium, dashboard
+    from rtax import envelope
+    from rtax.dashboard import capacity
+
+    if not bursts_db.exists():
+        pytest.fail("the two bursts above did not run (run the whole module)")
+    with Store(bursts_db, create=False) as store:
+        loads = store.load_runs()
+        points = envelope.points(loads, store.load_rollouts(list(loads["load_id"])))
+        fitted = capacity.labelled(envelope.fit(points))
+    assert len(fitted) == 2, fitted
+    with chromium() as browser, dashboard({"RTAX_DB": str(bursts_db)}) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        try:
+            page.goto(f"{url}/capacity")
+            page.get_by_role("heading", name="Envelope").wait_for(timeout=60_000)
+            for label in ("docker T0", "daytona [emulated] T0"):
+                metric = page.get_by_test_id("stMetric").filter(
+                    has_text=f"{label}: concurrency held"
+                )
+                metric.wait_for(timeout=60_000)
+                row = fitted[fitted["series"] == label].iloc[0]
+                held = row["held_concurrency"]
+                value = metric.get_by_test_id("stMetricValue").inner_text()
+                assert value == ("none" if held != held else f"{held:g}"), (label, value)
+            assert page.locator('[data-testid="stException"]').count() == 0
+        finally:
+            page.close()
 
 
 def test_ctrl_c_in_a_docker_burst_leaves_nothing(docker_api, runner_image: str, tmp_path) -> None:
