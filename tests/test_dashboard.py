@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from factories import make_record
 from rtax import projection, reference, stats
-from rtax.dashboard import data, tables
+from rtax.dashboard import data, format, tables
 from rtax.store import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -142,7 +142,7 @@ def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> N
         assert shown.loc[row.series, "n"] == row.n
     real = expected[expected["series"].isin(["local", "docker"])].set_index("series")["p50"]
     ratio = real.max() / real.min()
-    assert at.metric[0].value == f"{ratio:,.1f}×"  # real series only: never across fidelities
+    assert at.metric[0].value == format.ratio(ratio)  # real series only: never across fidelities
     assert "real" in at.metric[0].label and "emulated" in at.metric[1].label
     assert at.metric[1].value == "n/a"  # one emulated series has no spread
 
@@ -368,7 +368,7 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     shown = set(at.dataframe[0].value["series"])
     assert shown == {"local", "docker", "docker-old (toolchain ≠ floor)"}
     # spread over the comparable series only: 2.0 / 1.0
-    assert at.metric[0].value == "2.0×"
+    assert at.metric[0].value == "2.00×"
     # opted in (through session state, set before the first run: AppTest drops the
     # entrypoint's sidebar from its tree after it)
     st.cache_data.clear()
@@ -376,7 +376,7 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     opted.session_state["f_incomparable"] = True
     opted.run()
     opted.switch_page("pages/cold_start.py").run()
-    assert opted.metric[0].value == "8.0×"  # 8.0 / 1.0
+    assert opted.metric[0].value == "8.00×"  # 8.0 / 1.0
 
 
 def test_resolution_is_shown_beside_a_percentile_only_where_it_exceeds_5_percent(
@@ -407,22 +407,25 @@ def test_resolution_is_shown_beside_a_percentile_only_where_it_exceeds_5_percent
         for i, episode in enumerate((0.3, 0.31), start=10):
             store.save_rollout(_record(i, "docker", "T0", 0, episode, cleanup_res_s=0.0))
     at = _app(path, monkeypatch)
+    # A column with an empty cell holds its display strings (the grid would draw a missing
+    # number as "None"): the resolution reads in the one format, and blank where not shown.
     shown = at.dataframe[0].value.set_index("series")
-    # episode p50 1.1 s: 0.49 s > 5 % of it -> shown; ttfc p50 10 s: 0.29 s < 0.5 s -> not
-    assert shown.loc["ec2", "episode_res_s"] == pytest.approx(0.25 + 0.04 + 0.2)
-    assert pd.isna(shown.loc["ec2", "ttfc_res_s"])
-    assert pd.isna(shown.loc["docker", "episode_res_s"])  # nothing polled: nothing shown
+    # episode p50 1.1 s: 0.25 + 0.04 + 0.2 = 0.49 s > 5 % of it -> shown; ttfc p50 10 s:
+    # 0.29 s < 0.5 s -> not
+    assert shown.loc["ec2", "episode_res_s"] == "490 ms"
+    assert shown.loc["ec2", "ttfc_res_s"] == ""
+    assert shown.loc["docker", "episode_res_s"] == ""  # nothing polled: nothing shown
 
     at.switch_page("pages/decomposition.py").run()
     phases = at.dataframe[0].value.set_index(["series", "phase"])
-    assert phases.loc[("ec2", "cleanup"), "res_s"] == pytest.approx(0.25)
-    assert phases.loc[("ec2", "actions"), "res_s"] == pytest.approx(0.2)
-    assert pd.isna(phases.loc[("ec2", "create"), "res_s"])
-    assert pd.isna(phases.loc[("docker", "cleanup"), "res_s"])  # polled, detected at once
+    assert phases.loc[("ec2", "cleanup"), "res_s"] == "250 ms"
+    assert phases.loc[("ec2", "actions"), "res_s"] == "200 ms"
+    assert phases.loc[("ec2", "create"), "res_s"] == ""
+    assert phases.loc[("docker", "cleanup"), "res_s"] == ""  # polled, detected at once
 
     at.switch_page("pages/cold_start.py").run()
     cold = at.dataframe[0].value.set_index("series")
-    assert cold.loc["ec2", "res_s"] == pytest.approx(0.49)
+    assert cold.loc["ec2", "res_s"] == "490 ms"
 
 
 def test_disclosed_is_the_5_percent_rule() -> None:
@@ -480,9 +483,9 @@ def test_projection_sizes_a_warm_pool_from_the_measured_cold_starts(
     at.number_input(key="proj_pool_claims").set_value(5)
     at.selectbox(key="proj_pool_shape").set_value("burst").run()
     assert at.selectbox(key="proj_pool_series").value == "docker"
-    assert _metric(at, "Claim p50") == "1.000 s" and _metric(at, "Claim p95") == "3.000 s"
+    assert _metric(at, "Claim p50") == "1.00 s" and _metric(at, "Claim p95") == "3.00 s"
     assert _metric(at, "Chance the pool drains") == "100%"
-    assert _metric(at, "Mean wait") == "1.200 s"
+    assert _metric(at, "Mean wait") == "1.20 s"
     assert any("n=7 measured cold starts" in c.value for c in at.caption)
     at.number_input(key="proj_pool_size").set_value(5).run()  # a pool as large as the burst
     assert _metric(at, "Chance the pool drains") == "0%"
