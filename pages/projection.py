@@ -137,6 +137,7 @@ if found:
             {
                 f"worker-hours of {best['substrate']}": best["worker_hours"],
                 "extra hours of the slowest": table["extra_hours"].max(),
+                f"wall clock of {best['substrate']}": best["wall_clock_hours"],
             },
         )
         if line:

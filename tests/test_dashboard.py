@@ -7,6 +7,7 @@ import io
 import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 import pytest
@@ -168,6 +169,63 @@ def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     at.number_input(key="proj_trajectories").set_value(2_000_000).run()
     doubled = at.dataframe[0].value
     assert doubled["worker_hours"].tolist() == pytest.approx([2 * h for h in table["worker_hours"]])
+
+
+def test_the_projection_says_what_changed_since_the_previous_setting(
+    seeded: Path, monkeypatch
+) -> None:
+    """150-action trajectories of docker: 8.5 and 8.52 s (mean 8.51), local 16.8 and 16.82 s
+    (mean 16.81). 1 M of them on 1,000 workers: docker 2,363.9 worker-hours (2.36 h of wall
+    clock), local 2,305.6 more; twice as many trajectories, twice every figure."""
+    at = _app(seeded, monkeypatch, "pages/projection.py")
+    assert not any("What changed" in c.value for c in at.caption)  # nothing moved yet
+    at.number_input(key="proj_trajectories").set_value(2_000_000).run()
+    assert at.select_slider(key="proj_trajectories__slider").value == 2_000_000  # in sync
+    changed = [c.value for c in at.caption if c.value.startswith("What changed")]
+    assert changed[0] == (
+        "What changed: worker-hours of docker 2,364 h → 4,728 h (+100%); extra hours of the "
+        "slowest 2,306 h → 4,611 h (+100%); wall clock of docker 2.36 h → 4.73 h (+100%) "
+        "since trajectories 1 M → 2 M."
+    )
+    # the slider moves the exact box to its option; an exact count moves the slider nearest
+    at.select_slider(key="proj_trajectories__slider").set_value(50_000_000).run()
+    assert at.number_input(key="proj_trajectories").value == 50_000_000
+    at.number_input(key="proj_trajectories").set_value(1_234_567).run()
+    assert at.select_slider(key="proj_trajectories__slider").value == 1_000_000
+    assert at.dataframe[0].value["worker_hours"].iloc[0] == pytest.approx(1_234_567 * 8.51 / 3600)
+
+
+def _opened(db: Path, monkeypatch: pytest.MonkeyPatch, link: str) -> AppTest:
+    """The app opened on `link` (a path and its query), as a browser would."""
+    monkeypatch.setenv("RTAX_DB", str(db))
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=60)
+    parts = urlsplit(link)
+    for key, values in parse_qs(parts.query).items():
+        at.query_params[key] = values
+    if parts.path.strip("/"):
+        at.switch_page(f"pages/{parts.path.strip('/')}.py")
+    return at.run()
+
+
+def test_a_link_reproduces_the_filters_and_the_inputs(seeded: Path, monkeypatch) -> None:
+    """Opened on a URL, the app takes its filters and inputs from it; the footer's link is
+    that URL again, and opening it reproduces the table. 50-action trajectories: docker 3.5
+    and 3.52 s (p50 3.51), local 5.8 and 5.82 s (p50 5.81): 2 M of them are 1,950 and
+    3,227.8 worker-hours at their p50."""
+    link = "/projection?f_tiers=T2&proj_trajectories=2000000&proj_steps=50&proj_stat=what-if+p50"
+    at = _opened(seeded, monkeypatch, link)
+    _ok(at, "Projection")
+    assert at.multiselect(key="f_tiers").value == ["T2"]
+    assert at.number_input(key="proj_steps").value == 50
+    assert at.segmented_control(key="proj_stat").value == "p50"
+    table = at.dataframe[0].value
+    assert table["substrate"].tolist() == ["docker", "local"]
+    assert table["worker_hours"].tolist() == pytest.approx([1950.0, 2e6 * 5.81 / 3600])
+    assert at.code[-1].value == link  # the footer's link to this view
+    again = _opened(seeded, monkeypatch, at.code[-1].value)
+    pd.testing.assert_frame_equal(again.dataframe[0].value, table)
+    assert any("Database `" in c.value and "newest run" in c.value for c in at.caption)
 
 
 @pytest.fixture(scope="module")

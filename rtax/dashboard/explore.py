@@ -112,8 +112,8 @@ def what_changed(
     figures_after: Mapping[str, float],
     show: Callable[[Any], str] = format.hours,
 ) -> str | None:
-    """ "worker-hours 1,234 h → 2,468 h (+100%) since trajectories 10 k → 20 k": each figure
-    in both settings, then the inputs that differ (given as their display strings). None when
+    """The line "worker-hours 1,234 h → 2,468 h (+100%) since trajectories 10 k → 20 k": each
+    figure that moved, then the inputs that differ (given as their display strings). None when
     no input changed."""
     moved = [f"{k} {before[k]} → {v}" for k, v in after.items() if k in before and before[k] != v]
     if not moved:
@@ -121,11 +121,11 @@ def what_changed(
     parts = []
     for name, new in figures_after.items():
         old = figures_before.get(name)
-        if old is None or format.missing(old) or format.missing(new):
+        if old is None or format.missing(old) or format.missing(new) or old == new:
             continue
         change = f" ({(new - old) / old:+.0%})" if old else ""
         parts.append(f"{name} {show(old)} → {show(new)}{change}")
-    figures = "; ".join(parts) if parts else "no figure to compare"
+    figures = "; ".join(parts) if parts else "no figure moved"
     return f"{figures} since {', '.join(moved)}"
 
 
