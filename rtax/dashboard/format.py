@@ -38,8 +38,10 @@ def significant(value: float, digits: int = 3) -> str:
         return "0"
     if not math.isfinite(value):
         return "" if math.isnan(value) else ("∞" if value > 0 else "-∞")
-    rounded = float(f"{value:.{digits}g}")
-    decimals = max(digits - 1 - math.floor(math.log10(abs(rounded))), 0)
+    exponent = math.floor(math.log10(abs(value)))
+    decimals = max(digits - 1 - exponent, 0)
+    if decimals and abs(round(value, decimals)) >= 10 ** (exponent + 1):
+        decimals -= 1  # 9.996 rounds up a digit: 10.0, not 10.00
     return f"{value:,.{decimals}f}"
 
 
@@ -58,6 +60,7 @@ def _numeric(write: Callable[[float], str]) -> Formatter:
 
     cell.__doc__ = write.__doc__
     cell.__name__ = write.__name__
+    cell.number = write  # type: ignore[attr-defined]  # for a column known to hold numbers
     return cell
 
 
@@ -66,7 +69,7 @@ def duration(value: float) -> str:
     """ms below a second, then s, both with three significant digits; blank when unknown."""
     if not math.isfinite(value):
         return f"{significant(value)} s"
-    if abs(float(f"{value:.3g}")) < 1:
+    if abs(value) < 0.9995:  # below what rounds to 1.00 s
         return f"{significant(value * 1000)} ms"
     return f"{significant(value)} s"
 
@@ -333,6 +336,25 @@ def ordered(columns: Sequence[str]) -> list[str]:
     return out
 
 
+def column(name: str, values: pd.Series) -> list[str]:
+    """The display strings of column `name`: its formatter cell by cell, the missing cells
+    blank (a column of numbers is formatted without asking each cell what it is: the Data
+    page's previews have tens of thousands of cells)."""
+    write = formatter(name, values)
+    if write is stamp:
+        moments = pd.to_datetime(values, utc=True, format="ISO8601", errors="coerce")
+        shown = moments.dt.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return [write(v) if t != t else t for v, t in zip(values, shown, strict=True)]
+    number = getattr(write, "number", None)
+    if number is None or not pd.api.types.is_numeric_dtype(values):
+        blank = values.isna().to_numpy()
+        if write is text and not pd.api.types.is_bool_dtype(values):
+            write = str
+        return ["" if b else write(v) for v, b in zip(values.tolist(), blank, strict=True)]
+    floats = values.astype(float).to_numpy()
+    return ["" if v != v else number(v) for v in floats.tolist()]
+
+
 def formatters(frame: pd.DataFrame) -> dict[str, Formatter]:
     """Per column of `frame`, its cells' formatter."""
     return {c: formatter(c, frame[c]) for c in frame.columns}
@@ -342,10 +364,7 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` as its table shows it: columns in display order, human headers, every cell a
     string (blank where unknown)."""
     columns = ordered(list(frame.columns))
-    cells = {}
-    for name in columns:
-        write = formatter(name, frame[name])
-        cells[header(name)] = [write(v) for v in frame[name]]
+    cells = {header(name): column(name, frame[name]) for name in columns}
     return pd.DataFrame(cells, index=range(len(frame)), columns=[header(c) for c in columns])
 
 

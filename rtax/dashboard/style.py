@@ -37,7 +37,7 @@ def styled(frame: pd.DataFrame) -> pd.io.formats.style.Styler | pd.DataFrame:
     write = format.formatters(shown)
     holes = [c for c in shown.columns if shown.size > STYLER_CELLS or shown[c].isna().any()]
     if holes:
-        shown = shown.assign(**{c: [write[c](v) for v in shown[c]] for c in holes})
+        shown = shown.assign(**{c: format.column(c, shown[c]) for c in holes})
     if shown.size > STYLER_CELLS:
         return shown
     return shown.style.format({c: f for c, f in write.items() if c not in holes})
