@@ -1,5 +1,5 @@
 """The footer under every page: which database, how old its newest data is, which rtax, and a
-link to the view as it is now (docs/dashboard.md#footer).
+link to the view as it is now (docs/dashboard.md#links).
 
 Why at the foot: the link is built from the URL's parameters once the page has drawn (and so
 bound, `rtax.dashboard.urlstate`) all of its inputs; `app.py` draws it after the page ran.
