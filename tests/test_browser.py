@@ -266,3 +266,27 @@ def test_a_projection_slider_moved_with_the_mouse_and_a_link_that_reproduces_the
             assert _bars(again) == ["9,444 h", "16,667 h"]
         finally:
             again.close()
+
+
+def test_a_snapshot_of_the_table_in_view(browser, server: str, tmp_path: Path) -> None:
+    """The Overview opened on a link with a tier chosen: its table's snapshot is named by the
+    filters and holds the raw machine columns at full precision (docker's one T2 S=10 episode
+    of 1.4 s is 1.4, not the grid's "1.40 s")."""
+    page = browser.new_page(accept_downloads=True, viewport={"width": 1400, "height": 1600})
+    try:
+        page.goto(f"{server}/?f_tiers=T2")
+        page.get_by_text("tiers: T2").first.wait_for(timeout=60_000)
+        page.get_by_test_id("stDataFrame").first.wait_for(timeout=30_000)
+        button = page.get_by_role("button", name="Download this table (CSV)").first
+        with page.expect_download(timeout=60_000) as info:
+            button.click()
+        assert info.value.suggested_filename == "rtax-overview-all-time-T2.csv"
+        target = tmp_path / info.value.suggested_filename
+        info.value.save_as(target)
+    finally:
+        page.close()
+    frame = pd.read_csv(target)
+    assert set(frame["tier"]) == {"T2"}
+    assert {"ttfc_p50_s", "episode_p50_s", "episode_n", "last_probe_age_s"} <= set(frame.columns)
+    docker = frame[(frame["series"] == "docker") & (frame["steps"] == 10)].iloc[0]
+    assert docker["episode_p50_s"] == 1.4 and docker["episode_n"] == 1

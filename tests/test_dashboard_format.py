@@ -234,11 +234,12 @@ def test_the_raw_preview_formats_what_it_does_not_know_by_its_values() -> None:
             "seq": [1.0],
             "stdout_bytes": [2.5],
             "error_class": [None],
+            "creates_per_s": [4.567],
         }
     )
     assert _table(frame) == [
-        "Run id | Started at | Create | Seq | Stdout bytes | Error class",
-        "a | 2026-06-01 11:00:00 UTC | 12.3 ms | 1 | 2.50 | ",
+        "Run id | Started at | Create | Seq | Stdout bytes | Error class | Creates per second",
+        "a | 2026-06-01 11:00:00 UTC | 12.3 ms | 1 | 2.50 |  | 4.57 /s",
     ]
 
 

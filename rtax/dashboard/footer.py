@@ -27,10 +27,15 @@ def line(db: str, newest: str | None, now: datetime, version: str) -> str:
     return f"Database `{db}` · {fresh} · rtax {version}"
 
 
+@st.fragment(run_every=data.TTL_S)
+def _freshness(db: str) -> None:
+    """The footer's line, refreshed like the live parts of the pages: the data's age moves."""
+    st.caption(line(db, data.newest_run(db), datetime.now(UTC), rtax.__version__))
+
+
 def draw(url_path: str = "") -> None:
     """The footer of the page at `url_path`."""
-    db = data.database()
     st.divider()
-    st.caption(line(db, data.newest_run(db), datetime.now(UTC), rtax.__version__))
+    _freshness(data.database())
     st.caption("Link to this view (the button at its right copies it):")
     st.code(urlstate.link(url_path), language=None, wrap_lines=True)

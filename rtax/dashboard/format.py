@@ -298,6 +298,8 @@ def header(name: str) -> str:
     resolution"; the unit is in the cells)."""
     if name in HEADERS:
         return HEADERS[name]
+    if name.endswith("_per_s"):
+        return header(name.removesuffix("_per_s")) + " per second"
     words = [_WORDS.get(w, w) for w in name.removesuffix("_s").split("_") if w]
     label = " ".join(words) or name
     return (
