@@ -10,6 +10,8 @@ names, full precision) whatever the display. A page adopts it with
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 import streamlit as st
 
@@ -58,6 +60,10 @@ def table(frame: pd.DataFrame, *, snapshot: str | None = None, **kwargs) -> None
         download(frame, snapshot)
 
 
+def _csv(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False).encode()
+
+
 def download(frame: pd.DataFrame, snapshot: str, label: str = "Download this table") -> None:
     """A CSV snapshot of `frame` (raw columns, full precision), named by `snapshot_name`;
     nothing for an empty frame."""
@@ -65,7 +71,7 @@ def download(frame: pd.DataFrame, snapshot: str, label: str = "Download this tab
         return
     st.download_button(
         f"{label} (CSV)",
-        frame.to_csv(index=False).encode(),
+        partial(_csv, frame),  # made only when clicked: a page never pays for it
         file_name=snapshot_name(snapshot),
         mime="text/csv",
         key=f"snapshot_{snapshot}",
