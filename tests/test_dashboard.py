@@ -228,6 +228,23 @@ def test_a_link_reproduces_the_filters_and_the_inputs(seeded: Path, monkeypatch)
     assert any("Database `" in c.value and "newest run" in c.value for c in at.caption)
 
 
+def test_every_page_takes_its_inputs_from_the_link(seeded: Path, monkeypatch) -> None:
+    at = _opened(seeded, monkeypatch, "/timeline?t_metric=episode&t_bucket=1+d&f_fidelities=real")
+    _ok(at, "Timeline")
+    assert (at.selectbox(key="t_metric").value, at.selectbox(key="t_bucket").value) == (
+        "episode",
+        "1 d",
+    )
+    assert at.multiselect(key="f_fidelities").value == ["real"]
+    assert "kubernetes [emulated]" not in at.multiselect(key="t_series").options
+    at = _opened(seeded, monkeypatch, "/cold_start?cold_start_log=false&f_incomparable=true")
+    assert at.toggle(key="cold_start_log").value is False
+    assert at.toggle(key="f_incomparable").value is True
+    at = _opened(seeded, monkeypatch, "/amortization?amort_stat=p95&amort_overlay=false")
+    assert at.segmented_control(key="amort_stat").value == "p95"
+    assert at.toggle(key="amort_overlay").value is False
+
+
 @pytest.fixture(scope="module")
 def skewed(tmp_path_factory) -> Path:
     """One real series, four 150-action trajectories of 1, 1, 1 and 10 s."""
