@@ -45,6 +45,7 @@ RUN set -eux; \
     chown -R rtax /opt/rtax
 COPY app.py rtax.toml ./
 COPY pages ./pages
+COPY .streamlit ./.streamlit
 COPY scripts/app-entrypoint.sh /usr/local/bin/rtax-app
 RUN mkdir -p /app/data && chown rtax /app/data
 

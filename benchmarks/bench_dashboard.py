@@ -15,7 +15,6 @@ alike.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shutil
 import statistics
@@ -31,7 +30,8 @@ from rtax import retention
 from rtax.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import generate  # a sibling script, not a package
+from report import Report, quiet  # sibling scripts, not a package
+from synthetic import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = (
@@ -79,9 +79,9 @@ def main() -> int:
     args = parser.parse_args()
     # AppTest renders pages outside a Streamlit server, and Streamlit says so ("No runtime
     # found", "missing ScriptRunContext") for every cached reader of every render: hundreds of
-    # lines that would bury the figures. In this process only errors are logged (Streamlit
-    # resets its own loggers' levels on each run, so the cut is made at logging's own switch).
-    logging.disable(logging.WARNING)
+    # lines that would bury the figures.
+    quiet()
+    verdicts = Report("dashboard")
     with tempfile.TemporaryDirectory(prefix="rtax-bench-dash-") as tmp_name:
         tmp = Path(tmp_name)
         t0 = time.perf_counter()
@@ -111,9 +111,9 @@ def main() -> int:
                 for name in dbs:
                     times[name].append(render(tmp / f"{name}.db", page))
             medians = [statistics.median(times[name]) for name in dbs]
-            verdict = "meets target" if max(medians) <= TARGET_S else "MISSES target"
             cells = "".join(f"{m:>10.2f}s" for m in medians)
-            print(f"  {page:<15}{cells}   {verdict}")
+            verdicts.target(page, f"  {page:<15}{cells}", max(medians) <= TARGET_S)
+    print(verdicts.summary())
     return 0
 
 

@@ -22,6 +22,9 @@ from rtax.substrates.docker import DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
 from rtax.workloads import RepoSource, build, mix_counts
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Report, quiet  # a sibling script, not a package
+
 TARGET = 1.05
 
 
@@ -49,7 +52,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50, help="actions per trajectory")
     parser.add_argument("--rounds", type=int, default=8, help="rollouts per side, alternating")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--verbose", action="store_true", help="say what the set-up does")
     args = parser.parse_args()
+    quiet()
+    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else (lambda m: None)
 
     fixture = fixtures.build()
     samples: dict[str, dict[str, list[float]]] = {"local": defaultdict(list), "docker": {}}
@@ -57,9 +63,9 @@ def main() -> int:
     fingerprints = {}
     with tempfile.TemporaryDirectory(prefix="rtax-bench-floor-") as tmp:
         local = LocalSubstrate(root=Path(tmp), template=fixture.template)
-        local.prepare(lambda m: print(m, file=sys.stderr))
+        local.prepare(log)
         docker = DockerSubstrate(name="docker", mode="session")
-        docker.prepare(lambda m: print(m, file=sys.stderr))
+        docker.prepare(log)
         with (
             GitServer(fixture.root, host="127.0.0.1") as local_git,
             GitServer(fixture.root, host=docker.host_address) as docker_git,
@@ -88,30 +94,31 @@ def main() -> int:
                     fingerprints[name] = record.run["toolchain"]
 
     same = fingerprints["local"] == fingerprints["docker"]
+    report = Report("floor")
     print(
         f"rtax bench (floor vs docker session, T2 S={args.steps} seed {args.seed}, "
         f"{args.rounds} rollouts each, alternating)"
     )
-    print(
+    report.target(
+        "same toolchain",
         f"  toolchain: local {fingerprints['local']}  docker {fingerprints['docker']}  "
-        f"({'same' if same else 'DIFFERENT'}; pins {toolchain.load().recipe})"
+        f"(pins {toolchain.load().recipe})   target: the same",
+        same,
     )
-    worst = 0.0
     for category in mix_counts(args.steps):
         lo, do = samples["local"][category], samples["docker"][category]
         if not lo or not do:
             continue
         ratio = stats.percentile(lo, 50) / stats.percentile(do, 50)
-        worst = max(worst, ratio)
-        print(
+        report.target(
+            category,
             f"  {category:<8} p50 local {stats.percentile(lo, 50) * 1e3:8.2f} ms (n={len(lo)})"
             f"  docker {stats.percentile(do, 50) * 1e3:8.2f} ms (n={len(do)})"
-            f"  local/docker {ratio:5.2f}x  (target <= {TARGET:.2f}x): "
-            f"{'meets target' if ratio <= TARGET else 'MISSES target'}"
+            f"  local/docker {ratio:5.2f}x   target <= {TARGET:.2f}x",
+            ratio <= TARGET,
         )
-    ok = same and worst <= TARGET
-    print(f"  floor summary: worst category {worst:.2f}x: {'meets' if ok else 'MISSES'} target")
-    return 0 if ok else 1
+    print(report.summary())
+    return 0 if report.ok else 1
 
 
 if __name__ == "__main__":

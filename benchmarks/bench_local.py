@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,13 +25,12 @@ from rtax.substrates.base import clock
 from rtax.substrates.local import LocalSubstrate
 from rtax.workloads import Action, Workload
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Report, quiet  # a sibling script, not a package
+
 COMMAND = "echo ok"
 ACTION_TARGET_S = 0.0005
 OVERHEAD_TARGET_S = 0.001
-
-
-def _verdict(ok: bool) -> str:
-    return "meets target" if ok else "MISSES target"
 
 
 def main() -> int:
@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--block", type=int, default=50, help="actions per interleaved block")
     parser.add_argument("--rollouts", type=int, default=60, help="T0 rollouts for overhead")
     args = parser.parse_args()
+    quiet()
 
     fixture = fixtures.build()
     with tempfile.TemporaryDirectory(prefix="rtax-bench-") as tmp:
@@ -83,21 +84,26 @@ def main() -> int:
     floor_p50 = stats.percentile(floor, 50)
     diff = rtax_p50 - floor_p50
     overhead_p50 = stats.percentile(overheads, 50)
+    report = Report("local")
     print(f"rtax bench (local substrate, command {COMMAND!r})")
     print(f"  per-action p50 through rtax  {rtax_p50 * 1e3:8.3f} ms  (n={len(through_rtax)})")
     print(
         f"  per-action p50 floor         {floor_p50 * 1e3:8.3f} ms  (n={len(floor)}, "
         "bare subprocess.run)"
     )
-    print(
+    report.target(
+        "per-action cost",
         f"  difference                   {diff * 1e3:+8.3f} ms   ratio {rtax_p50 / floor_p50:.3f}x"
-        f"   target <= +{ACTION_TARGET_S * 1e3:.1f} ms: {_verdict(diff <= ACTION_TARGET_S)}"
+        f"   target <= +{ACTION_TARGET_S * 1e3:.1f} ms",
+        diff <= ACTION_TARGET_S,
     )
-    print(
+    report.target(
+        "overhead phase",
         f"  overhead phase p50/rollout   {overhead_p50 * 1e3:8.3f} ms  (n={len(overheads)} T0 "
-        f"rollouts)   target <= {OVERHEAD_TARGET_S * 1e3:.0f} ms: "
-        f"{_verdict(overhead_p50 <= OVERHEAD_TARGET_S)}"
+        f"rollouts)   target <= {OVERHEAD_TARGET_S * 1e3:.0f} ms",
+        overhead_p50 <= OVERHEAD_TARGET_S,
     )
+    print(report.summary())
     return 0
 
 

@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from rtax import stats, workloads
@@ -36,6 +37,9 @@ from rtax.probe import ProbeOptions, run_rollout
 from rtax.record import RolloutRecord
 from rtax.substrates.docker import DockerSubstrate
 from rtax.substrates.pool import PoolSettings, WarmPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Report, quiet  # a sibling script, not a package
 
 #: The claim must be at most this share of the cold start (issue 14's goal).
 CLAIM_TARGET = 1 / 20
@@ -107,6 +111,8 @@ def main() -> int:
     parser.add_argument("--refill", type=int, default=2, help="refill concurrency")
     parser.add_argument("--burst", type=int, default=24, help="rollouts at once (>= 20, > K)")
     args = parser.parse_args()
+    quiet()
+    report = Report("warm pool")
     if args.burst < 20 or args.burst <= args.pool:
         parser.error("--burst must be at least 20 and larger than --pool")
 
@@ -132,7 +138,7 @@ def main() -> int:
             cold_ttfc.append(cold.run["time_to_first_command_s"])
             warm = _ok(run_rollout(pool, workloads.build("T0"), options=options))
             claims.append(warm.run["claim_s"])
-        quiet = [m["time_to_first_command_s"] for m in pool.made]  # the pool's cold starts
+        calm = [m["time_to_first_command_s"] for m in pool.made]  # the pool's cold starts
         _wait_full(pool)
         before = len(pool.made)
         burst = _burst(pool, args.burst, options)
@@ -146,32 +152,38 @@ def main() -> int:
     print(f"rtax bench (warm pool, docker, image {image_id[:19]}, T0)")
     print(_ms("cold time-to-first-command p50", cold_ttfc))
     print(_ms("warm claim p50", claims, f"  pool of {args.pool}, refilled {args.refill} at once"))
-    verdict = "meets target" if w <= CLAIM_TARGET * c else "MISSES target"
-    print(f"  {'warm claim / cold time-to-first-command':<44} {w / c:10.5f}x   target <= 1/20: "
-          f"{verdict}")  # fmt: skip
+    report.target(
+        "claim <= 1/20 of cold",
+        f"  {'warm claim / cold time-to-first-command':<44} {w / c:10.5f}x   target <= 1/20",
+        w <= CLAIM_TARGET * c,
+    )
     burst_claims = [r.run["claim_s"] for r in burst]
     drained = sum(json_pool(r)["found_ready"] == 0 for r in burst)
     print(f"  burst of {args.burst} rollouts at once on a pool of {args.pool}:")
     tail = f"  p95 {_p(burst_claims, 95) * 1e3:.1f} ms; {drained} found the pool empty"
     print(_ms("claim p50 under the burst", burst_claims, tail))
-    print(_ms("the pool's cold starts before the burst p50", quiet))
+    print(_ms("the pool's cold starts before the burst p50", calm))
     print(_ms("its refills during the burst p50", refills))
     measured = _p(burst_claims, 50)
     arrivals = [0.0] * args.burst
     claim = statistics.median(claims)
     checked = model_prediction(refills, arrivals, args.pool, args.refill, claim_s=claim)
-    forecast = model_prediction(quiet, arrivals, args.pool, args.refill, claim_s=claim)
+    forecast = model_prediction(calm, arrivals, args.pool, args.refill, claim_s=claim)
     if checked is None or forecast is None:
         print("  pool model: rtax.poolmodel is not in this tree; no prediction made")
+        print(report.summary())
         return 0
-    near = abs(checked - measured) <= MODEL_TOLERANCE * measured
     off = (checked - measured) / measured
-    print(f"  {'pool model from the burst refills: claim p50':<44} {checked * 1e3:10.3f} ms  "
-          f"vs measured {measured * 1e3:.3f} ms ({off:+.0%})   target within 20 %: "
-          f"{'meets target' if near else 'MISSES target'}")  # fmt: skip
+    report.target(
+        "pool model within 20 %",
+        f"  {'pool model from the burst refills: claim p50':<44} {checked * 1e3:10.3f} ms  "
+        f"vs measured {measured * 1e3:.3f} ms ({off:+.0%})   target within 20 %",
+        abs(checked - measured) <= MODEL_TOLERANCE * measured,
+    )
     gap = (forecast - measured) / measured
     print(f"  {'pool model from quiet cold starts (forecast)':<44} {forecast * 1e3:10.3f} ms  "
           f"({gap:+.0%}: refills under a burst are slower; not in the model)")  # fmt: skip
+    print(report.summary())
     return 0
 
 

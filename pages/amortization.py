@@ -3,7 +3,7 @@
 import streamlit as st
 
 from rtax import projection
-from rtax.dashboard import data, figures, filters, style, summarized, tables
+from rtax.dashboard import data, figures, filters, style, summarized, tables, urlstate
 
 st.title("Amortization")
 chosen = filters.current()
@@ -13,16 +13,16 @@ which = left.segmented_control(
     "Statistic of the points",
     list(projection.STATISTICS),
     default=projection.TOTAL,
-    key="amort_stat",
     required=True,
     help="The mean by default: the fitted lines (least squares over every run) follow it, and "
     "so do totals (N × mean). p50/p95 points show the typical and the slow trajectory.",
+    **urlstate.bound("amort_stat"),
 )
 overlay = right.toggle(
     "Published reference points",
     value=True,
-    key="amort_overlay",
     help="50-action trajectory times from the study's companion write-up",
+    **urlstate.bound("amort_overlay"),
 )
 points = summarized.trajectory_points(rows, which)
 fit_table = summarized.fits(rows)
@@ -37,7 +37,7 @@ a.plotly_chart(time_fig, key="amort_time")
 b.plotly_chart(per_fig, key="amort_per_action")
 st.subheader("Fitted lines T(S) = fixed + S × per_action")
 st.caption("Least squares over every successful trajectory run (so the line follows the mean).")
-style.table(fit_table)
+style.table(fit_table, snapshot="amortization-fits")
 st.subheader("Crossover points")
 cross = tables.crossovers(fit_table)
 if cross.empty:
@@ -46,6 +46,6 @@ if cross.empty:
         "two series have fits."
     )
 else:
-    style.table(cross)
+    style.table(cross, snapshot="amortization-crossovers")
 st.subheader("Points")
-style.table(points)
+style.table(points, snapshot="amortization-points")

@@ -48,7 +48,10 @@ for row in table.to_dict("records"):
         delta_arrow="off",
         help=row["broken_by"] or None,
     )
-style.table(table[["series", *[c for c in envelope.ENVELOPE_COLUMNS if c not in envelope.SERIES]]])
+style.table(
+    table[["series", *[c for c in envelope.ENVELOPE_COLUMNS if c not in envelope.SERIES]]],
+    snapshot="capacity-envelope",
+)
 saturated = [r for r in table.to_dict("records") if r["saturated"]]
 for row in saturated:
     st.warning(
@@ -57,7 +60,7 @@ for row in saturated:
     )
 
 st.plotly_chart(capacity.ttfc_against_concurrency(points, fitted), key="capacity_ttfc")
-style.table(capacity.labelled(points) if not points.empty else points)
+style.table(capacity.labelled(points) if not points.empty else points, snapshot="capacity-points")
 
 st.subheader("Launch-order profile")
 listed = capacity.load_table(loads, points)

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from rtax.dashboard import data, figures, filters, style, summarized, tables
+from rtax.dashboard import data, figures, filters, format, style, summarized, tables, urlstate
 from rtax.substrates.base import FIDELITIES
 
 st.title("Cold start")
@@ -17,7 +17,7 @@ st.caption(
     "Tables cover the whole window (from per-series summaries); the box plots and ECDFs draw "
     f"the raw samples of the newest {data.DISTRIBUTION_ROWS:,} runs of the window."
 )
-log = st.toggle("Log axis", value=True, key="cold_start_log")
+log = st.toggle("Log axis", value=True, **urlstate.bound("cold_start_log"))
 fixed = rows[rows["steps"] == 0] if not rows.empty else rows
 if fixed.empty:
     st.info(tables.EMPTY_HINT)
@@ -36,7 +36,7 @@ for tier in sorted(fixed["tier"].unique()):
         else:
             column.metric(
                 label,
-                f"{ratio:,.1f}×",
+                format.ratio(ratio),
                 help=f"{slowest} vs {fastest}; the study reports up to 110× at T0",
             )
     left, right = st.columns(2)
@@ -46,4 +46,4 @@ for tier in sorted(fixed["tier"].unique()):
     right.plotly_chart(
         figures.ecdf(tier_runs, "episode_s", f"{tier}: ECDF", log), key=f"ecdf_{tier}"
     )
-    style.table(table)
+    style.table(table, snapshot=f"cold-start-{tier}")

@@ -4,7 +4,7 @@ from functools import partial
 
 import streamlit as st
 
-from rtax.dashboard import data, filters, summarized, tables
+from rtax.dashboard import data, filters, style, summarized, tables
 
 st.title("Data")
 chosen = filters.current()
@@ -18,20 +18,22 @@ for column, table in zip(st.columns(2), ("runs", "actions"), strict=True):
     column.download_button(
         f"Download {table} (CSV)",
         partial(data.csv_of, db, key, table),  # made only when clicked
-        file_name=f"rtax-{table}.csv",
+        file_name=style.snapshot_name(table),
         mime="text/csv",
         key=f"dl_{table}",
         on_click="ignore",
     )
 st.write(f"Newest {tables.PREVIEW_ROWS:,} runs:")
-st.dataframe(data.recent(db, key, "runs", tables.PREVIEW_ROWS), hide_index=True)
+style.table(data.recent(db, key, "runs", tables.PREVIEW_ROWS))
 st.write(f"Newest {tables.PREVIEW_ROWS:,} actions:")
-st.dataframe(data.recent(db, key, "actions", tables.PREVIEW_ROWS), hide_index=True)
+style.table(data.recent(db, key, "actions", tables.PREVIEW_ROWS))
 
 st.subheader("Aggregated tables")
 st.caption(
     "Computed from the per-series summaries of the window (docs/data.md#summaries): the "
-    "pages' own tables."
+    "pages' own tables, in their raw machine columns (internal names, full precision; the "
+    "data dictionary below says what each means). Each page also offers a snapshot of the "
+    "table in view under it."
 )
 rows = data.summary(db, key)
 aggregates = {
@@ -46,7 +48,7 @@ for name, frame in aggregates.items():
     st.download_button(
         f"Download {name} (CSV, {len(frame)} rows)",
         data.frame_csv(frame),
-        file_name=f"rtax-{name}.csv",
+        file_name=style.snapshot_name(name.replace("_", "-")),
         mime="text/csv",
         key=f"dl_{name}",
         on_click="ignore",

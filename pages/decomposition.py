@@ -20,4 +20,4 @@ st.caption(
 milestones = summarized.milestones(rows)
 st.plotly_chart(figures.decomposition(means, milestones), key="decomposition")
 st.subheader("Per-phase percentiles")
-style.table(summarized.phase_percentiles(rows))
+style.table(summarized.phase_percentiles(rows), snapshot="decomposition-phases")

@@ -44,7 +44,7 @@ def live() -> None:
         f"5 % of the p50 beside it; blank: finer, or nothing polled. "
         f"Refreshes every {data.TTL_S} s."
     )
-    style.table(summarized.overview(rows))
+    style.table(summarized.overview(rows), snapshot="overview")
     note = tables.fidelity_note(rows["fidelity"].dropna())
     if note:
         st.caption(note)
@@ -74,7 +74,7 @@ def spend() -> None:
         "budget is used up (docs/configuration.md#budgets). Emulated and modelled substrates "
         "cost nothing but are counted the same way."
     )
-    style.table(table)
+    style.table(table, snapshot="overview-spend")
 
 
 status_board()

@@ -5,7 +5,18 @@ import math
 import streamlit as st
 
 from rtax import makespan, poolmodel, projection, reference, stats
-from rtax.dashboard import data, figures, filters, fleet, style, summarized, tables
+from rtax.dashboard import (
+    data,
+    explore,
+    figures,
+    filters,
+    fleet,
+    format,
+    style,
+    summarized,
+    tables,
+    urlstate,
+)
 from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
@@ -17,20 +28,44 @@ st.caption(
     "Only series that ran the local floor's workload toolchain are projected (series marked "
     "'(toolchain ≠ floor)' timed other programs); the sidebar can let them in."
 )
-a, b, c, d = st.columns(4)
-trajectories = a.number_input(
-    "Trajectories", min_value=1, value=1_000_000, step=10_000, key="proj_trajectories"
+TRAJECTORIES = explore.log_values(1_000, 100_000_000)
+trajectories = explore.slider(
+    "Trajectories",
+    "proj_trajectories",
+    TRAJECTORIES,
+    1_000_000,
+    min_value=1,
+    max_value=1_000_000_000,
+    help="A log scale from 1 k to 100 M; the box beside takes any exact count.",
 )
-steps = b.number_input("Actions per trajectory", min_value=1, value=150, step=10, key="proj_steps")
-workers = c.number_input("Parallel workers", min_value=1, value=1_000, step=100, key="proj_workers")
-which = d.segmented_control(
+a, b = st.columns(2)
+steps = explore.slider(
+    "Actions per trajectory",
+    "proj_steps",
+    list(range(1, 501)),
+    150,
+    min_value=1,
+    max_value=500,
+    show=str,
+    where=a,
+)
+workers = explore.slider(
+    "Parallel workers",
+    "proj_workers",
+    explore.log_values(1, 1_000_000),
+    1_000,
+    min_value=1,
+    max_value=10_000_000,
+    where=b,
+)
+which = st.segmented_control(
     "Seconds per trajectory",
     list(projection.STATISTICS),
     default=projection.TOTAL,
     format_func=lambda s: "mean (total)" if s == projection.TOTAL else f"what-if {s}",
-    key="proj_stat",
     required=True,
     help="; ".join(f"{k}: {v}" for k, v in projection.LABELS.items()),
+    **urlstate.bound("proj_stat"),
 )
 if which == projection.TOTAL:
     st.caption(
@@ -44,12 +79,27 @@ else:
         "is N × mean (choose “mean (total)”)."
     )
 
+#: $/h on the price sliders: 0, then 1-2-3-5 per decade from a cent to $100.
+PRICES = explore.log_values(0.01, 100.0, zero=True)
 found, lacking = summarized.estimates(rows, int(steps), which)
+setting = {
+    "trajectories": format.short(trajectories),
+    "actions": str(int(steps)),
+    "workers": format.short(workers),
+    "seconds per trajectory": which,
+}
 if found:
     with st.expander("Price per worker-hour (optional)"):
         prices = {
-            name: st.number_input(
-                f"{name} ($/h)", min_value=0.0, value=0.0, step=0.01, key=f"price_{name}"
+            name: explore.slider(
+                f"{name} ($/h)",
+                f"price_{name}",
+                PRICES,
+                0.0,
+                min_value=0.0,
+                max_value=1_000.0,
+                step=0.01,
+                show=format.usd_per_hour,
             )
             for name in found
         }
@@ -74,12 +124,24 @@ if found:
         m1, m2 = st.columns(2)
         m1.metric(
             f"Spread, {fidelity} (max / min worker-hours)",
-            "n/a" if math.isnan(ratio) else f"{ratio:,.2f}×",
+            "n/a" if math.isnan(ratio) else format.ratio(ratio),
         )
         m2.metric(
             f"Extra hours of the slowest over the best, {fidelity}",
-            f"{table['extra_hours'].max():,.0f} h",
+            format.hours(table["extra_hours"].max()),
         )
+        best = table.iloc[0]
+        line = explore.changed_line(
+            f"proj_{fidelity}",
+            setting | {f"price of {k}": format.usd_per_hour(v) for k, v in prices.items()},
+            {
+                f"worker-hours of {best['substrate']}": best["worker_hours"],
+                "extra hours of the slowest": table["extra_hours"].max(),
+                f"wall clock of {best['substrate']}": best["wall_clock_hours"],
+            },
+        )
+        if line:
+            st.caption(f"What changed: {line}.")
         st.plotly_chart(
             figures.projection_bars(
                 table,
@@ -88,7 +150,7 @@ if found:
             ),
             key=f"proj_bars_{fidelity}",
         )
-        style.table(table)
+        style.table(table, snapshot=f"projection-{fidelity}")
 else:
     st.info(
         "No substrate has trajectory data for a projection yet: run "
@@ -98,7 +160,7 @@ if lacking:
     st.warning("Lacking data: " + "; ".join(f"**{k}**: {v}" for k, v in lacking.items()))
 
 st.subheader("Scenarios: the study, reproduced from its inputs")
-style.table(tables.scenarios())
+style.table(tables.scenarios(), snapshot="projection-scenarios")
 st.caption(
     "Headlines quoted (inputs unpublished, not recomputed): "
     + "; ".join(reference.HEADLINES)
@@ -121,27 +183,36 @@ if not cold:
     st.info("No cold starts measured yet: run `rtax probe --tier T0` on a substrate.")
 else:
     p1, p2, p3 = st.columns(3)
-    pool_series = p1.selectbox(
-        "Cold starts of",
-        list(cold),
-        format_func=lambda s: f"{s} (n={cold[s].size})",
-        key="proj_pool_series",
+    pool_series = p1.selectbox("Cold starts of", list(cold), **urlstate.bound("proj_pool_series"))
+    pool_size = explore.slider(
+        "Pool size",
+        "proj_pool_size",
+        explore.log_values(1, 10_000, zero=True),
+        10,
+        min_value=0,
+        max_value=10_000,
+        where=p2,
     )
-    pool_size = p2.number_input("Pool size", 0, 10_000, 10, key="proj_pool_size")
-    refill = p3.number_input("Refill concurrency", 1, 10_000, 4, key="proj_pool_refill")
+    refill = p3.number_input(
+        "Refill concurrency", 1, 10_000, 4, **urlstate.bound("proj_pool_refill")
+    )
     q1, q2, q3, q4 = st.columns(4)
-    shape = q1.selectbox("Load shape", poolmodel.SHAPES, index=2, key="proj_pool_shape")
-    claims = q2.number_input("Claims", 1, 5_000, 50, key="proj_pool_claims")
+    shape = q1.selectbox(
+        "Load shape", poolmodel.SHAPES, index=2, **urlstate.bound("proj_pool_shape")
+    )
+    claims = q2.number_input("Claims", 1, 5_000, 50, **urlstate.bound("proj_pool_claims"))
     every_ms = q3.number_input(
         "Every (ms)",
         1.0,
         3_600_000.0,
         100.0,
-        key="proj_pool_every_ms",
         help="staggered: one claim every this many ms; sequential: the time one rollout holds "
         "its environment; burst: unused",
+        **urlstate.bound("proj_pool_every_ms"),
     )
-    claim_ms = q4.number_input("Claim cost (ms)", 0.0, 60_000.0, 0.0, key="proj_pool_claim_ms")
+    claim_ms = q4.number_input(
+        "Claim cost (ms)", 0.0, 60_000.0, 0.0, **urlstate.bound("proj_pool_claim_ms")
+    )
     pool = poolmodel.simulate(
         cold[pool_series],
         poolmodel.arrivals(shape, int(claims), every_ms / 1000),
@@ -150,13 +221,30 @@ else:
         claim_s=claim_ms / 1000,
     )
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Claim p50", f"{pool.p50_s:,.3f} s")
-    m2.metric("Claim p95", f"{pool.p95_s:,.3f} s")
+    m1.metric("Claim p50", format.duration(pool.p50_s))
+    m2.metric("Claim p95", format.duration(pool.p95_s))
     m3.metric("Chance the pool drains", f"{pool.drain_probability:.0%}")
-    m4.metric("Mean wait", f"{pool.mean_wait_s:,.3f} s")
+    m4.metric("Mean wait", format.duration(pool.mean_wait_s))
+    line = explore.changed_line(
+        "proj_pool",
+        {
+            "series": pool_series,
+            "pool size": str(pool_size),
+            "refill": str(refill),
+            "shape": shape,
+            "claims": str(claims),
+            "every": format.duration(every_ms / 1000),
+            "claim cost": format.duration(claim_ms / 1000),
+        },
+        {"claim p95": pool.p95_s, "mean wait": pool.mean_wait_s},
+        show=format.duration,
+    )
+    if line:
+        st.caption(f"What changed: {line}.")
     st.caption(
         f"Predicted from n={cold[pool_series].size} measured cold starts (time to first "
-        f"command) of {pool_series}, cold p50 {stats.percentile(cold[pool_series], 50):,.3f} s; "
+        f"command) of {pool_series}, cold p50 "
+        f"{format.duration(stats.percentile(cold[pool_series], 50))}; "
         f"{pool.n:,} simulated claims (200 seeded repeats). A claim that finds the pool empty "
         "waits, first come first served, for the next environment to become ready."
     )
@@ -171,36 +259,36 @@ else:
         "Rollouts",
         shapes,
         format_func=lambda w: stats.workload_label(*w),
-        key="proj_step_workload",
+        **urlstate.bound("proj_step_workload"),
     )
     durations = fleet.samples(sample, "episode_s", tier=tier, steps=length)
-    step_series = s2.selectbox(
-        "Of",
-        list(durations),
-        format_func=lambda s: f"{s} (n={durations[s].size})",
-        key="proj_step_series",
+    step_series = s2.selectbox("Of", list(durations), **urlstate.bound("proj_step_series"))
+    batch = s3.number_input(
+        "Prompts per step (B)", 1, 100_000, 32, **urlstate.bound("proj_step_batch")
     )
-    batch = s3.number_input("Prompts per step (B)", 1, 100_000, 32, key="proj_step_batch")
-    group = s4.number_input("Samples per prompt (G)", 1, 1_000, 8, key="proj_step_group")
+    group = s4.number_input(
+        "Samples per prompt (G)", 1, 1_000, 8, **urlstate.bound("proj_step_group")
+    )
     oversample = st.number_input(
         "Over-sampling x (launch B·G·(1 + x), keep the first B·G)",
         0.0,
         10.0,
         0.0,
         0.05,
-        key="proj_step_oversample",
+        **urlstate.bound("proj_step_oversample"),
     )
     step = makespan.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
     n1, n2, n3 = st.columns(3)
+    interval = f"{format.duration(step.low_s)}–{format.duration(step.high_s)}"
     n1.metric(
         "Expected step time (E[max])",
-        f"{step.expected_s:,.2f} s",
-        help=f"{step.confidence:.0%} bootstrap interval {step.low_s:,.2f}–{step.high_s:,.2f} s",
+        format.duration(step.expected_s),
+        help=f"{step.confidence:.0%} bootstrap interval {interval}",
     )
-    n2.metric("Naive: the mean rollout", f"{step.mean_s:,.2f} s")
+    n2.metric("Naive: the mean rollout", format.duration(step.mean_s))
     n3.metric("Launched per step", f"{step.launched:,}", help=f"keeps {step.rollouts:,}")
     st.caption(
-        f"{step.confidence:.0%} interval {step.low_s:,.2f}–{step.high_s:,.2f} s, from n={step.n} "
+        f"{step.confidence:.0%} interval {interval}, from n={step.n} "
         f"measured rollouts of {step_series}; a step of B·G = {step.rollouts:,} waits for the "
         "slowest, so the tail, not the median, sets it."
     )
@@ -233,7 +321,7 @@ else:
             f"`rtax probe --tier T2 --steps {int(steps)}` on one."
         )
     else:
-        style.table(plan)
+        style.table(plan, snapshot="projection-plan")
         st.caption(
             f"{int(trajectories):,} trajectories of {int(steps)} actions on {int(workers):,} "
             "workers, a warm pool of the size above. Floor: the slowest of the create rate, the "

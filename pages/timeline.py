@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from rtax import timeline
-from rtax.dashboard import data, figures, filters, style, tables
+from rtax.dashboard import data, figures, filters, style, tables, urlstate
 
 st.title("Timeline")
 chosen = filters.current()
@@ -18,15 +18,15 @@ if span is None:
     st.stop()
 
 left, middle, right = st.columns([2, 1, 3])
-metric = left.selectbox("Metric", list(timeline.METRICS), key="t_metric")
+metric = left.selectbox("Metric", list(timeline.METRICS), **urlstate.bound("t_metric"))
 buckets = list(timeline.BUCKETS)
 bucket = middle.selectbox(
     "Bucket",
     buckets,
     index=buckets.index(timeline.default_bucket(span)),
-    key="t_bucket",
     help="5 min reads the raw samples of the last 7 days and goes on with hourly summaries "
     "before them; 1 h and 1 d read the summaries, raw and folded history alike.",
+    **urlstate.bound("t_bucket"),
 )
 column = timeline.METRICS[metric]
 known = data.timeline_series(db, chosen.key)  # key -> label
@@ -35,8 +35,8 @@ picked = right.multiselect(
     list(known),
     default=list(known)[:8],
     format_func=known.get,
-    key="t_series",
     placeholder="choose series",
+    **urlstate.bound("t_series"),
 )
 
 
@@ -58,17 +58,10 @@ def chart() -> None:
         "substrate answers for (rtax's own harness errors left out), failed buckets marked x. "
         "Shaded: incidents from their change point (dotted) to their end; red while open."
     )
+    style.download(shown, f"timeline-{metric}-{bucket}", "Download these points")
     if spans:
         st.subheader("Incidents")
-        frame = pd.DataFrame(spans)[["id", "series", "metric", "state", "start", "end"]]
-        details = incidents.set_index("id")
-        for name in ("before_p50", "after_p50", "magnitude", "detail"):
-            frame[name] = frame["id"].map(details[name]) if name in details else None
-        frame["end"] = [
-            e if s == "resolved" else pd.NaT
-            for e, s in zip(frame["end"], frame["state"], strict=True)
-        ]
-        style.table(frame.sort_values("id", ascending=False))
+        style.table(timeline.incident_table(spans, incidents), snapshot="timeline-incidents")
 
 
 chart()

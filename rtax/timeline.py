@@ -243,3 +243,38 @@ def _quantiles(values: np.ndarray, n: int) -> dict[str, Any]:
         return {"n": 0, "p50": math.nan, "p95": math.nan}
     p50, p95 = np.percentile(values, [50, 95])
     return {"n": n, "p50": float(p50), "p95": float(p95)}
+
+
+#: The incidents table below the chart.
+INCIDENT_COLUMNS = (
+    "id", "series", "metric", "state", "start", "end",
+    "before_p50_s", "after_p50_s", "before_rate", "after_rate", "magnitude", "detail",
+)  # fmt: skip
+
+
+def incident_table(spans_shown: list[dict[str, Any]], incidents: pd.DataFrame) -> pd.DataFrame:
+    """The incidents drawn (`spans`), newest first, with their before/after p50 from the
+    incident rows: in seconds for a latency metric, as a share for the success rate (two
+    columns each, so a column holds one unit); `end` blank while open."""
+    if not spans_shown:
+        return pd.DataFrame(columns=list(INCIDENT_COLUMNS))
+    details = incidents.set_index("id")
+    rows = []
+    for span in spans_shown:
+        found = details.loc[span["id"]] if span["id"] in details.index else {}
+        is_rate = span["metric"] == "success_rate"
+        before, after = found.get("before_p50"), found.get("after_p50")
+        rows.append(
+            {
+                **{k: span[k] for k in ("id", "series", "metric", "state", "start")},
+                "end": span["end"] if span["state"] == "resolved" else pd.NaT,
+                "before_p50_s": None if is_rate else before,
+                "after_p50_s": None if is_rate else after,
+                "before_rate": before if is_rate else None,
+                "after_rate": after if is_rate else None,
+                "magnitude": found.get("magnitude"),
+                "detail": found.get("detail"),
+            }
+        )
+    frame = pd.DataFrame(rows, columns=list(INCIDENT_COLUMNS))
+    return frame.sort_values("id", ascending=False).reset_index(drop=True)

@@ -1,7 +1,8 @@
 """The dashboard in a real headless browser: `streamlit run`, every page loaded in Debian's
 Chromium through Playwright, charts rendered, a filter that survives navigation, a CSV
-downloaded and read back, the Capacity page's envelope from real load runs (`rtax burst`).
-Screenshots go to $RTAX_ARTIFACTS (default test-artifacts/)."""
+downloaded and read back, the Capacity page's envelope from real load runs (`rtax burst`), a
+projection slider dragged with the mouse, a copied link opened on a fresh server, no deployment
+controls. Screenshots go to $RTAX_ARTIFACTS (default test-artifacts/)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from playwright.sync_api import expect
 
+import rtax
 from browser import ROOT, chromium, dashboard
 from factories import make_record
+from rtax.dashboard import explore
 from rtax.store import Store
 
 #: url path -> (title, minimum number of Plotly charts on a seeded database)
@@ -190,3 +194,135 @@ def test_capacity_shows_the_envelope(browser, server: str, seeded_db: Path, arti
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
+
+
+def test_no_deployment_controls_and_a_footer(browser, server: str, seeded_db: Path) -> None:
+    """A monitoring tool's toolbar: no "Deploy" button; under the page, the database, the
+    newest run's age and the rtax version."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(f"{server}/cold_start")
+        page.get_by_role("heading", name="Cold start", level=1).wait_for(timeout=60_000)
+        footer = page.get_by_text(f"Database {seeded_db}")
+        footer.wait_for(timeout=30_000)
+        assert "newest run" in footer.inner_text() and f"rtax {rtax.__version__}" in (
+            footer.inner_text()
+        )
+        page.get_by_test_id("stHeader").wait_for(timeout=30_000)
+        assert page.get_by_test_id("stAppDeployButton").count() == 0
+        assert page.get_by_role("button", name="Deploy").count() == 0
+    finally:
+        page.close()
+
+
+def _thumb_value(page, key: str) -> str:
+    return page.locator(f".st-key-{key} [data-testid=stSliderThumbValue]").inner_text()
+
+
+def _drag_slider(page, key: str, options: int, to_index: int) -> None:
+    """Drag a slider's thumb with the mouse (press, move in steps, release) to the position
+    of option `to_index` of `options` along its track."""
+    widget = page.locator(f".st-key-{key}")
+    thumb = widget.locator("[data-testid=stSliderThumbValue]").locator("..")
+    track = widget.locator("[data-orientation=horizontal][style*=touch-action]")
+    t, k = thumb.bounding_box(), track.bounding_box()
+    assert t is not None and k is not None
+    page.mouse.move(t["x"] + t["width"] / 2, t["y"] + t["height"] / 2)
+    page.mouse.down()
+    y = k["y"] + k["height"] / 2
+    page.mouse.move(k["x"] + k["width"] * to_index / (options - 1), y, steps=15)
+    page.mouse.up()
+
+
+def _metric(page, label: str) -> str:
+    found = page.get_by_test_id("stMetric").filter(has_text=label)
+    return found.get_by_test_id("stMetricValue").inner_text()
+
+
+def _bars(page) -> list[str]:
+    return page.locator(".js-plotly-plot text.bartext").all_text_contents()
+
+
+def test_a_projection_slider_moved_with_the_mouse_and_a_link_that_reproduces_the_view(
+    browser, server: str, seeded_db: Path
+) -> None:
+    """50-action trajectories: docker 3.4 s, local 6.0 s (one run each). At 1 M trajectories
+    docker takes 944 worker-hours and local 722 more; dragged to 10 M, 9,444 and 7,222. The
+    footer's link, opened in a new page on a freshly started server (whose first request it
+    is), shows the same filters, inputs and figures."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    try:
+        page.goto(f"{server}/projection?proj_steps=50")
+        page.get_by_role("heading", name="Projection", level=1).wait_for(timeout=60_000)
+        tiers = page.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
+        tiers.locator("input").click()  # a sidebar filter, chosen by hand
+        page.get_by_role("option", name="T2").click()
+        page.keyboard.press("Escape")
+        extra = "Extra hours of the slowest over the best, real"
+        expect(page.get_by_test_id("stMetric").filter(has_text=extra)).to_contain_text("722 h")
+        assert (
+            _bars(page) == ["944 h", "1,667 h"]
+            and _thumb_value(page, "proj_trajectories__slider") == "1 M"
+        )
+
+        options = len(explore.log_values(1_000, 100_000_000))
+        _drag_slider(page, "proj_trajectories__slider", options, to_index=16)  # 10 M
+        box = page.locator(".st-key-proj_trajectories input")
+        expect(box).to_have_value("10000000", timeout=30_000)  # the exact box follows
+        expect(page.get_by_test_id("stMetric").filter(has_text=extra)).to_contain_text(
+            "7,222 h", timeout=30_000
+        )
+        assert _thumb_value(page, "proj_trajectories__slider") == "10 M"
+        expect(page.locator(".js-plotly-plot text.bartext").first).to_have_text("9,444 h")
+        assert _bars(page) == ["9,444 h", "16,667 h"]
+        assert page.get_by_text("What changed: worker-hours of docker 944 h → 9,444 h").count()
+
+        link = page.get_by_test_id("stCode").last
+        expect(link).to_contain_text("proj_trajectories=10000000", timeout=30_000)
+        copied = link.inner_text().strip()
+    finally:
+        page.close()
+    assert copied.startswith(f"{server}/projection?")
+    assert {"f_tiers=T2", "proj_steps=50", "proj_trajectories=10000000"} <= set(
+        copied.split("?", 1)[1].split("&")
+    )
+    with dashboard({"RTAX_DB": str(seeded_db)}) as fresh:
+        again = browser.new_page(viewport={"width": 1400, "height": 1600})
+        try:
+            again.goto(copied.replace(server, fresh))
+            again.get_by_role("heading", name="Projection", level=1).wait_for(timeout=60_000)
+            expect(again.locator(".st-key-proj_trajectories input")).to_have_value(
+                "10000000", timeout=60_000
+            )
+            expect(again.locator(".st-key-proj_steps input")).to_have_value("50")
+            assert _thumb_value(again, "proj_trajectories__slider") == "10 M"
+            tiers = again.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
+            expect(tiers).to_contain_text("T2")  # the sidebar's filter came with the link
+            assert _metric(again, extra) == "7,222 h"
+            assert _bars(again) == ["9,444 h", "16,667 h"]
+        finally:
+            again.close()
+
+
+def test_a_snapshot_of_the_table_in_view(browser, server: str, tmp_path: Path) -> None:
+    """The Overview opened on a link with a tier chosen: its table's snapshot is named by the
+    filters and holds the raw machine columns at full precision (docker's one T2 S=10 episode
+    of 1.4 s is 1.4, not the grid's "1.40 s")."""
+    page = browser.new_page(accept_downloads=True, viewport={"width": 1400, "height": 1600})
+    try:
+        page.goto(f"{server}/?f_tiers=T2")
+        page.get_by_text("tiers: T2").first.wait_for(timeout=60_000)
+        page.get_by_test_id("stDataFrame").first.wait_for(timeout=30_000)
+        button = page.get_by_role("button", name="Download this table (CSV)").first
+        with page.expect_download(timeout=60_000) as info:
+            button.click()
+        assert info.value.suggested_filename == "rtax-overview-all-time-T2.csv"
+        target = tmp_path / info.value.suggested_filename
+        info.value.save_as(target)
+    finally:
+        page.close()
+    frame = pd.read_csv(target)
+    assert set(frame["tier"]) == {"T2"}
+    assert {"ttfc_p50_s", "episode_p50_s", "episode_n", "last_probe_age_s"} <= set(frame.columns)
+    docker = frame[(frame["series"] == "docker") & (frame["steps"] == 10)].iloc[0]
+    assert docker["episode_p50_s"] == 1.4 and docker["episode_n"] == 1

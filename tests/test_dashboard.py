@@ -7,6 +7,7 @@ import io
 import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 import pytest
@@ -15,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from factories import make_record
 from rtax import projection, reference, stats
-from rtax.dashboard import data, tables
+from rtax.dashboard import data, format, tables
 from rtax.store import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -143,7 +144,7 @@ def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> N
         assert shown.loc[row.series, "n"] == row.n
     real = expected[expected["series"].isin(["local", "docker"])].set_index("series")["p50"]
     ratio = real.max() / real.min()
-    assert at.metric[0].value == f"{ratio:,.1f}×"  # real series only: never across fidelities
+    assert at.metric[0].value == format.ratio(ratio)  # real series only: never across fidelities
     assert "real" in at.metric[0].label and "emulated" in at.metric[1].label
     assert at.metric[1].value == "n/a"  # one emulated series has no spread
 
@@ -169,6 +170,80 @@ def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     at.number_input(key="proj_trajectories").set_value(2_000_000).run()
     doubled = at.dataframe[0].value
     assert doubled["worker_hours"].tolist() == pytest.approx([2 * h for h in table["worker_hours"]])
+
+
+def test_the_projection_says_what_changed_since_the_previous_setting(
+    seeded: Path, monkeypatch
+) -> None:
+    """150-action trajectories of docker: 8.5 and 8.52 s (mean 8.51), local 16.8 and 16.82 s
+    (mean 16.81). 1 M of them on 1,000 workers: docker 2,363.9 worker-hours (2.36 h of wall
+    clock), local 2,305.6 more; twice as many trajectories, twice every figure."""
+    at = _app(seeded, monkeypatch, "pages/projection.py")
+    assert not any("What changed" in c.value for c in at.caption)  # nothing moved yet
+    at.number_input(key="proj_trajectories").set_value(2_000_000).run()
+    assert at.select_slider(key="proj_trajectories__slider").value == 2_000_000  # in sync
+    changed = [c.value for c in at.caption if c.value.startswith("What changed")]
+    assert changed[0] == (
+        "What changed: worker-hours of docker 2,364 h → 4,728 h (+100%); extra hours of the "
+        "slowest 2,306 h → 4,611 h (+100%); wall clock of docker 2.36 h → 4.73 h (+100%) "
+        "since trajectories 1 M → 2 M."
+    )
+    # the slider moves the exact box to its option; an exact count moves the slider nearest
+    at.select_slider(key="proj_trajectories__slider").set_value(50_000_000).run()
+    assert at.number_input(key="proj_trajectories").value == 50_000_000
+    at.number_input(key="proj_trajectories").set_value(1_234_567).run()
+    assert at.select_slider(key="proj_trajectories__slider").value == 1_000_000
+    assert at.dataframe[0].value["worker_hours"].iloc[0] == pytest.approx(1_234_567 * 8.51 / 3600)
+
+
+def _opened(db: Path, monkeypatch: pytest.MonkeyPatch, link: str) -> AppTest:
+    """The app opened on `link` (a path and its query), as a browser would."""
+    monkeypatch.setenv("RTAX_DB", str(db))
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=60)
+    parts = urlsplit(link)
+    for key, values in parse_qs(parts.query).items():
+        at.query_params[key] = values
+    if parts.path.strip("/"):
+        at.switch_page(f"pages/{parts.path.strip('/')}.py")
+    return at.run()
+
+
+def test_a_link_reproduces_the_filters_and_the_inputs(seeded: Path, monkeypatch) -> None:
+    """Opened on a URL, the app takes its filters and inputs from it; the footer's link is
+    that URL again, and opening it reproduces the table. 50-action trajectories: docker 3.5
+    and 3.52 s (p50 3.51), local 5.8 and 5.82 s (p50 5.81): 2 M of them are 1,950 and
+    3,227.8 worker-hours at their p50."""
+    link = "/projection?f_tiers=T2&proj_trajectories=2000000&proj_steps=50&proj_stat=what-if+p50"
+    at = _opened(seeded, monkeypatch, link)
+    _ok(at, "Projection")
+    assert at.multiselect(key="f_tiers").value == ["T2"]
+    assert at.number_input(key="proj_steps").value == 50
+    assert at.segmented_control(key="proj_stat").value == "p50"
+    table = at.dataframe[0].value
+    assert table["substrate"].tolist() == ["docker", "local"]
+    assert table["worker_hours"].tolist() == pytest.approx([1950.0, 2e6 * 5.81 / 3600])
+    assert at.code[-1].value == link  # the footer's link to this view
+    again = _opened(seeded, monkeypatch, at.code[-1].value)
+    pd.testing.assert_frame_equal(again.dataframe[0].value, table)
+    assert any("Database `" in c.value and "newest run" in c.value for c in at.caption)
+
+
+def test_every_page_takes_its_inputs_from_the_link(seeded: Path, monkeypatch) -> None:
+    at = _opened(seeded, monkeypatch, "/timeline?t_metric=episode&t_bucket=1+d&f_fidelities=real")
+    _ok(at, "Timeline")
+    assert (at.selectbox(key="t_metric").value, at.selectbox(key="t_bucket").value) == (
+        "episode",
+        "1 d",
+    )
+    assert at.multiselect(key="f_fidelities").value == ["real"]
+    assert "kubernetes [emulated]" not in at.multiselect(key="t_series").options
+    at = _opened(seeded, monkeypatch, "/cold_start?cold_start_log=false&f_incomparable=true")
+    assert at.toggle(key="cold_start_log").value is False
+    assert at.toggle(key="f_incomparable").value is True
+    at = _opened(seeded, monkeypatch, "/amortization?amort_stat=p95&amort_overlay=false")
+    assert at.segmented_control(key="amort_stat").value == "p95"
+    assert at.toggle(key="amort_overlay").value is False
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +444,7 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     shown = set(at.dataframe[0].value["series"])
     assert shown == {"local", "docker", "docker-old (toolchain ≠ floor)"}
     # spread over the comparable series only: 2.0 / 1.0
-    assert at.metric[0].value == "2.0×"
+    assert at.metric[0].value == "2.00×"
     # opted in (through session state, set before the first run: AppTest drops the
     # entrypoint's sidebar from its tree after it)
     st.cache_data.clear()
@@ -377,7 +452,7 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     opted.session_state["f_incomparable"] = True
     opted.run()
     opted.switch_page("pages/cold_start.py").run()
-    assert opted.metric[0].value == "8.0×"  # 8.0 / 1.0
+    assert opted.metric[0].value == "8.00×"  # 8.0 / 1.0
 
 
 def test_resolution_is_shown_beside_a_percentile_only_where_it_exceeds_5_percent(
@@ -408,22 +483,25 @@ def test_resolution_is_shown_beside_a_percentile_only_where_it_exceeds_5_percent
         for i, episode in enumerate((0.3, 0.31), start=10):
             store.save_rollout(_record(i, "docker", "T0", 0, episode, cleanup_res_s=0.0))
     at = _app(path, monkeypatch)
+    # A column with an empty cell holds its display strings (the grid would draw a missing
+    # number as "None"): the resolution reads in the one format, and blank where not shown.
     shown = at.dataframe[0].value.set_index("series")
-    # episode p50 1.1 s: 0.49 s > 5 % of it -> shown; ttfc p50 10 s: 0.29 s < 0.5 s -> not
-    assert shown.loc["ec2", "episode_res_s"] == pytest.approx(0.25 + 0.04 + 0.2)
-    assert pd.isna(shown.loc["ec2", "ttfc_res_s"])
-    assert pd.isna(shown.loc["docker", "episode_res_s"])  # nothing polled: nothing shown
+    # episode p50 1.1 s: 0.25 + 0.04 + 0.2 = 0.49 s > 5 % of it -> shown; ttfc p50 10 s:
+    # 0.29 s < 0.5 s -> not
+    assert shown.loc["ec2", "episode_res_s"] == "490 ms"
+    assert shown.loc["ec2", "ttfc_res_s"] == ""
+    assert shown.loc["docker", "episode_res_s"] == ""  # nothing polled: nothing shown
 
     at.switch_page("pages/decomposition.py").run()
     phases = at.dataframe[0].value.set_index(["series", "phase"])
-    assert phases.loc[("ec2", "cleanup"), "res_s"] == pytest.approx(0.25)
-    assert phases.loc[("ec2", "actions"), "res_s"] == pytest.approx(0.2)
-    assert pd.isna(phases.loc[("ec2", "create"), "res_s"])
-    assert pd.isna(phases.loc[("docker", "cleanup"), "res_s"])  # polled, detected at once
+    assert phases.loc[("ec2", "cleanup"), "res_s"] == "250 ms"
+    assert phases.loc[("ec2", "actions"), "res_s"] == "200 ms"
+    assert phases.loc[("ec2", "create"), "res_s"] == ""
+    assert phases.loc[("docker", "cleanup"), "res_s"] == ""  # polled, detected at once
 
     at.switch_page("pages/cold_start.py").run()
     cold = at.dataframe[0].value.set_index("series")
-    assert cold.loc["ec2", "res_s"] == pytest.approx(0.49)
+    assert cold.loc["ec2", "res_s"] == "490 ms"
 
 
 def test_disclosed_is_the_5_percent_rule() -> None:
@@ -481,9 +559,9 @@ def test_projection_sizes_a_warm_pool_from_the_measured_cold_starts(
     at.number_input(key="proj_pool_claims").set_value(5)
     at.selectbox(key="proj_pool_shape").set_value("burst").run()
     assert at.selectbox(key="proj_pool_series").value == "docker"
-    assert _metric(at, "Claim p50") == "1.000 s" and _metric(at, "Claim p95") == "3.000 s"
+    assert _metric(at, "Claim p50") == "1.00 s" and _metric(at, "Claim p95") == "3.00 s"
     assert _metric(at, "Chance the pool drains") == "100%"
-    assert _metric(at, "Mean wait") == "1.200 s"
+    assert _metric(at, "Mean wait") == "1.20 s"
     assert any("n=7 measured cold starts" in c.value for c in at.caption)
     at.number_input(key="proj_pool_size").set_value(5).run()  # a pool as large as the burst
     assert _metric(at, "Chance the pool drains") == "0%"

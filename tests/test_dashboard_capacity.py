@@ -129,17 +129,17 @@ def test_the_profile_figure_draws_each_launch() -> None:
 
 def test_rates_per_second_are_not_shown_as_seconds() -> None:
     """`creates_per_s` ends in ``_s`` but is a rate: "/s", never "s"; failure rates are %."""
-    from rtax.dashboard import style
+    from rtax.dashboard import format
 
-    formats = {
-        name: config["type_config"]["format"]
-        for name, config in style.column_config(
-            ["creates_per_s", "ttfc_p95_s", "failure_rate", "failure_rate_max"]
-        ).items()
+    cells = {
+        name: format.formatter(name)(value)
+        for name, value in {
+            "creates_per_s": 12.5,
+            "ttfc_p95_s": 0.25,
+            "failure_rate": 0.05,
+            "failure_rate_max": 0.1,
+        }.items()
     }
-    assert formats == {
-        "creates_per_s": "%.2f /s",
-        "ttfc_p95_s": "%.4f s",
-        "failure_rate": "percent",
-        "failure_rate_max": "percent",
-    }
+    assert cells["creates_per_s"].endswith("/s") and "12.5" in cells["creates_per_s"]
+    assert cells["ttfc_p95_s"] == "250 ms"
+    assert cells["failure_rate"] == "5.0%" and cells["failure_rate_max"] == "10.0%"

@@ -3,7 +3,8 @@ containers with an inline SVG sparkline.
 
 Why plain containers and SVG (docs/dashboard.md#status-board): dozens of cards must paint in
 milliseconds, and a card is read at a glance: state first (coloured, with why), then the last
-probe's age and the day's figures, each percentile with its `n`.
+probe's age and the day's figures, each percentile with its `n`, in the dashboard's one
+format (`rtax.dashboard.format`).
 """
 
 from __future__ import annotations
@@ -13,32 +14,12 @@ from collections.abc import Sequence
 import streamlit as st
 
 from rtax import status
+from rtax.dashboard.format import age, duration, rate
 
 #: Streamlit's colour names for each state's badge.
 COLORS = {"up": "green", "degraded": "orange", "down": "red", "stale": "gray"}
 #: Cards per row.
 PER_ROW = 4
-
-
-def duration(seconds: float | None) -> str:
-    """ms below a second, then s with three significant digits; blank when unknown."""
-    if seconds is None:
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.3g} ms"
-    return f"{seconds:.3g} s"
-
-
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7_200:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 86_400:.1f} d ago"
 
 
 def summary(cards: Sequence[status.Card]) -> str:
@@ -51,8 +32,7 @@ def summary(cards: Sequence[status.Card]) -> str:
 def figures(card: status.Card) -> str:
     """The card's figures as one markdown block."""
     if card.runs_24h:
-        rate = f"{card.success_24h:.1%}" if card.success_24h is not None else ""
-        success = f"success {rate} of {card.runs_24h} (24 h)"
+        success = f"success {rate(card.success_24h)} of {card.runs_24h} (24 h)"
     else:
         success = "no rollouts in 24 h"
     if card.ttfc_n:

@@ -381,3 +381,18 @@ def capacity_bounds() -> Any:
         return config.load().capacity
     except config.ConfigError:
         return Bounds()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def newest_run(db: str) -> str | None:
+    """When the newest run in the database started (raw or folded history; None: no run, or
+    no database): the data's age the footer shows, whatever the filters."""
+    try:
+        store = _open(db)
+    except StoreError:
+        return None
+    if store is None:
+        return None
+    with store:
+        found = store.summary_span()
+    return found[1] if found else None

@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from rtax import reference
+from rtax.dashboard.format import hours
 from rtax.record import PHASE_COLUMNS
 from rtax.stats import percentile, successful
 
@@ -221,7 +222,7 @@ def projection_bars(table: pd.DataFrame, title: str) -> go.Figure:
         go.Bar(
             x=table["substrate"],
             y=table["worker_hours"],
-            text=[f"{h:,.0f} h" for h in table["worker_hours"]],
+            text=[hours(h) for h in table["worker_hours"]],
             textposition="outside",
         )
     )

@@ -95,7 +95,8 @@ def app_path() -> Path:
 
 def command(where: Dashboard, app: Path | None = None) -> list[str]:
     """The `streamlit run` argv: the address and port always explicit, never Streamlit's
-    default of every interface."""
+    default of every interface; the toolbar without Streamlit's deployment controls (a
+    monitoring tool has nothing to deploy), whichever folder it starts from."""
     return [
         sys.executable,
         "-m",
@@ -110,4 +111,6 @@ def command(where: Dashboard, app: Path | None = None) -> list[str]:
         "true",
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "minimal",
     ]
