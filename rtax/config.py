@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, redaction, rules, workloads
+from rtax import engine_settings, paths, redaction, rules, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
@@ -79,6 +79,8 @@ class Plan:
     interval_s: float
     jitter_s: float
     mode: str | None = None
+    #: the vantages each rollout runs from (docs/ray.md#vantages); None: the engine's
+    vantages: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class Config:
     detection: rules.Detection = field(default_factory=rules.Detection)
     #: alert rules and their webhook (docs/alerts.md)
     alerts: rules.Alerts = field(default_factory=rules.Alerts)
+    #: where rollouts run: this process's threads, or a Ray cluster (docs/ray.md)
+    engine: engine_settings.EngineSettings = field(default_factory=engine_settings.EngineSettings)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -190,7 +194,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         problems.append(f"{where}{key}: {message}")
 
     known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    known |= {"detection", "alerts"}
+    known |= {"detection", "alerts", "engine"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -318,6 +322,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             "interval",
             "jitter",
             "mode",
+            "vantages",
         }:
             bad(f"{key}.{extra}", "unknown key")
         subs = entry.get("substrates")
@@ -365,7 +370,12 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
                 takes = _parameters(conf.kind) if conf and conf.kind in REGISTRY else None
                 if takes is not None and "mode" not in takes:
                     bad(f"{key}.mode", f"substrate {s_name!r} ({conf.kind}) has no action modes")
-        plans.append(Plan(str(name), tuple(subs), str(tier), steps, repeat, interval, jitter, mode))
+        vantages = None
+        if "vantages" in entry:
+            vantages = engine_settings.vantage_list(entry["vantages"], f"{key}.vantages", bad)
+        plans.append(
+            Plan(str(name), tuple(subs), str(tier), steps, repeat, interval, jitter, mode, vantages)
+        )
 
     retention_raw = raw.get("retention", {})
     if not isinstance(retention_raw, dict):
@@ -411,6 +421,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
     detection = rules.parse_detection(raw.get("detection", {}), bad, duration)
     alerts = rules.parse_alerts(raw.get("alerts", {}), bad, duration, set(substrates))
+    engine = engine_settings.parse(raw.get("engine"), bad)
+    engine_settings.check_plans(engine, plans, substrates.values(), bad)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -427,6 +439,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         metrics,
         detection,
         alerts,
+        engine,
     )
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rtax import changepoint, stats
+from rtax.record import LOCAL_VANTAGE
 from rtax.rules import Detection, Rule
 
 #: The runs column of each latency metric.
@@ -65,8 +66,11 @@ def stamp(moment: datetime) -> str:
 
 
 def series_key(row: Any) -> str:
-    """One series as one text: ``docker T2 S=10 session real``."""
-    return f"{row['substrate']} {row['tier']} S={int(row['steps'])} {row['mode']} {row['fidelity']}"
+    """One series as one text: ``docker T2 S=10 session real``, and ``@ eu`` after it when
+    it was seen from a vantage other than the local one (docs/ray.md#vantages)."""
+    key = f"{row['substrate']} {row['tier']} S={int(row['steps'])} {row['mode']} {row['fidelity']}"
+    vantage = row.get("vantage") if hasattr(row, "get") else None
+    return key if vantage in (None, LOCAL_VANTAGE) else f"{key} @ {vantage}"
 
 
 def latency(runs: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -24,7 +24,7 @@ _log = logging.getLogger("rtax.monitor")
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
 #: The columns that make a series (rtax.stats.DEFAULT_GROUP).
-SERIES = ("substrate", "tier", "steps", "mode", "fidelity")
+SERIES = ("substrate", "tier", "steps", "mode", "fidelity", "vantage")
 #: The runs columns detection reads.
 COLUMNS = (
     "run_id",
@@ -34,6 +34,7 @@ COLUMNS = (
     "steps",
     "mode",
     "fidelity",
+    "vantage",
     "status",
     "error_class",
     "time_to_first_command_s",

@@ -52,6 +52,8 @@ ACTION_PHASE: dict[str, str] = {"ready": "ready", "setup": "setup", "actions": "
 #: The fidelity of a row whose substrate could not even be built and whose configuration does
 #: not say: never a silent `real` (docs/measurement.md#fidelity).
 UNKNOWN_FIDELITY = "unknown"
+#: The vantage of a run probed on the scheduler's (or the CLI's) own host (docs/ray.md#vantages).
+LOCAL_VANTAGE = "local"
 #: A run's error message is cut to this many characters: a row is read, it is not a log.
 MESSAGE_CHARS = 1000
 
@@ -117,6 +119,13 @@ RUN_FIELDS: tuple[Field, ...] = (
         for p in PHASES
     ),
     Field("toolchain", str, "the workload toolchain's digest", since=6, page=True),
+    Field(
+        "vantage",
+        str,
+        "where the probe ran (docs/ray.md#vantages): a Ray node's label, else local",
+        since=11,
+        page=True,
+    ),
 )
 #: Every column of ``actions`` (one row per command: ready attempts, setup, actions).
 ACTION_FIELDS: tuple[Field, ...] = (
@@ -150,6 +159,7 @@ ACTION_CONTEXT: tuple[tuple[str, str], ...] = (
     ("tier", "tier"),
     ("steps", "steps"),
     ("fidelity", "fidelity"),
+    ("vantage", "vantage"),
     ("status", "run_status"),
     ("started_at", "run_started_at"),
 )
@@ -264,6 +274,7 @@ def run_row(
         substrate=substrate,
         kind=kind,
         mode=mode or "exec",
+        vantage=LOCAL_VANTAGE,
         tier=tier,
         steps=steps,
         seed=seed,

@@ -2,8 +2,8 @@
 
 Why (docs/configuration.md#retention): a monitor that runs for months must stay bounded, but its
 users ask "what was the p95 last quarter?". So raw runs and actions past the age are folded, per
-(substrate, mode, fidelity, tier, steps, hour or day), into rows that keep the number of runs,
-the successful samples' count, sum, min, max, a quantile sketch (`rtax.sketch`) and the error
+(substrate, mode, fidelity, vantage, tier, steps, hour or day), into rows that keep the number of
+runs, the successful samples' count, sum, min, max, a quantile sketch (`rtax.sketch`) and the error
 classes of the failures, for every phase and derived metric and for per-action latency; then the
 raw rows are deleted and the file compacted.
 
@@ -27,12 +27,13 @@ from typing import Any
 
 import pandas as pd
 
-from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
 from rtax.sketch import Sketch
-from rtax.stats import HARNESS_ERROR, attempts
+from rtax.stats import OWN_ERRORS, attempts
 from rtax.store import YIELD_S, Store
 
-GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
+#: A rollup's group: one series (never two vantages merged: docs/ray.md#vantages).
+GROUP = ("substrate", "mode", "fidelity", "vantage", "tier", "steps")
 RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
 ACTION_METRIC = "action_latency_s"
 METRICS = (*RUN_METRICS, ACTION_METRIC)
@@ -91,6 +92,7 @@ def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, An
     """Rollup rows for `runs`, merged with what the store already holds for their buckets."""
     runs = runs.copy()
     runs["mode"] = runs["mode"].fillna("exec")
+    runs["vantage"] = runs["vantage"].fillna(LOCAL_VANTAGE)
     runs["bucket_start"] = [bucket_start(s, bucket) for s in runs["started_at"]]
     per_run = _action_latencies(store, runs)
     existing = store.rollups(
@@ -197,6 +199,7 @@ def window(
     runs = store.runs(since=since, until=until) if raw is None else raw.copy()
     if not runs.empty:
         runs["mode"] = runs["mode"].fillna("exec")
+        runs["vantage"] = runs.get("vantage", pd.Series(index=runs.index)).fillna(LOCAL_VANTAGE)
         per_run = _action_latencies(store, runs) if metric == ACTION_METRIC else {}
         for key, group in runs.groupby(list(GROUP), dropna=False):
             values = _values(group[group["status"] == "ok"], metric, per_run)
@@ -207,7 +210,8 @@ def window(
             a["sketch"].add_all(values)
     for row in store.rollups(since=since, until=until, metric=metric).to_dict("records"):
         a = acc[tuple(row[k] for k in GROUP)]
-        harness = json.loads(row.get("errors") or "{}").get(HARNESS_ERROR, 0)
+        errors = json.loads(row.get("errors") or "{}")
+        harness = sum(errors.get(c, 0) for c in OWN_ERRORS)
         a["runs"] += int(row["runs"]) - int(harness)
         a["n"] += int(row["n"])
         a["sum"] += float(row["sum"] or 0)

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 # The parts of wall time and the derived per-run metrics shown beside them (rtax.record).
-from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
 
 QUANTILES = (50, 95, 99)
 #: What may be aggregated together by default: never across action modes or fidelities.
@@ -85,14 +85,18 @@ def successful(runs: pd.DataFrame) -> pd.DataFrame:
 
 #: rtax's own failures (docs/measurement.md#failures): kept and shown, never a substrate's.
 HARNESS_ERROR = "harness_error"
+#: The execution engine's failures (a Ray node lost mid-rollout, no node for a vantage:
+#: docs/ray.md#failures): rtax's own too, counted with the harness errors.
+ENGINE_ERROR = "engine_error"
+OWN_ERRORS = (HARNESS_ERROR, ENGINE_ERROR)
 
 
 def attempts(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs a substrate answers for: all but rtax's own failures, which are shown apart
-    and never lower a success rate."""
+    """The runs a substrate answers for: all but rtax's own failures (`OWN_ERRORS`), which are
+    shown apart and never lower a success rate."""
     if "error_class" not in runs:
         return runs
-    return runs[runs["error_class"].ne(HARNESS_ERROR)]
+    return runs[~runs["error_class"].isin(OWN_ERRORS)]
 
 
 def success_rate(runs: pd.DataFrame) -> float:
@@ -225,14 +229,19 @@ def trajectory_fits(runs: pd.DataFrame, by: str = "series") -> dict[str, Traject
     }
 
 
-def series_label(substrate: str, mode: str | None, fidelity: str | None) -> str:
+def series_label(
+    substrate: str, mode: str | None, fidelity: str | None, vantage: str | None = None
+) -> str:
     """The name of a series: what may be aggregated together (one substrate, one action mode,
-    one fidelity). Exec mode and real fidelity are the unmarked defaults."""
+    one fidelity, seen from one vantage: docs/ray.md#vantages). Exec mode, real fidelity and
+    the local vantage are the unmarked defaults."""
     label = substrate
     if mode and mode != "exec":
         label += f" · {mode}"
     if fidelity and fidelity != "real":
         label += f" [{fidelity}]"
+    if vantage and vantage != LOCAL_VANTAGE:
+        label += f" @ {vantage}"
     return label
 
 
@@ -257,9 +266,9 @@ def comparable(runs: pd.DataFrame, floor: str | None) -> pd.Series:
 
 
 def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
-    """`runs` with a `series` column, so that modes and fidelities are never mixed silently,
-    a `comparable` column (the floor's toolchain, see `comparable`; the label of a run that is
-    not says so, so that it never merges into a comparable series), and a `workload` column
+    """`runs` with a `series` column, so that modes, fidelities and vantages are never mixed
+    silently, a `comparable` column (the floor's toolchain, see `comparable`; the label of a run
+    that is not says so, so that it never merges into a comparable series), and a `workload` column
     (tier, or tier and trajectory length). Vectorized: it runs on every dashboard read of up
     to 100,000 runs."""
     out = runs.copy()
@@ -271,9 +280,15 @@ def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
     out["comparable"] = comparable(out, floor).to_numpy()
     # The rules of series_label / workload_label, applied once per distinct key and mapped back
     # (a few keys, up to 100,000 runs: the dashboard reads this on every page).
+    vantage = out["vantage"] if "vantage" in out else pd.Series(LOCAL_VANTAGE, index=out.index)
     codes, keys = pd.factorize(
         pd.MultiIndex.from_arrays(
-            [out["substrate"], out["mode"].fillna("exec"), out["fidelity"].fillna("real")]
+            [
+                out["substrate"],
+                out["mode"].fillna("exec"),
+                out["fidelity"].fillna("real"),
+                vantage.fillna(LOCAL_VANTAGE),
+            ]
         )
     )
     out["series"] = np.array([series_label(*k) for k in keys], dtype=object)[codes]

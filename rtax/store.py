@@ -31,7 +31,7 @@ import sqlite_utils
 
 from rtax import redaction, summaries
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION, build_summaries
-from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
+from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, LOCAL_VANTAGE, RUN_COLUMNS, RolloutRecord
 from rtax.store_incidents import IncidentStore
 
 #: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
@@ -174,7 +174,11 @@ class Store(IncidentStore):
 
     def save_rollout(self, record: RolloutRecord) -> None:
         """Write a run and all its actions in one transaction (all or nothing)."""
-        run = {**record.run, "mode": record.run.get("mode") or "exec"}
+        run = {
+            **record.run,
+            "mode": record.run.get("mode") or "exec",
+            "vantage": record.run.get("vantage") or LOCAL_VANTAGE,
+        }
         try:
             with self._transaction():
                 self.db.conn.execute(
@@ -268,7 +272,7 @@ class Store(IncidentStore):
         """The values present in the grouping columns over raw and folded history alike (the
         dashboard's filters), from the summaries: no scan of runs."""
         out = {}
-        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
+        for column in ("substrate", "tier", "steps", "fidelity", "mode", "vantage"):
             sql = (
                 f"SELECT DISTINCT [{column}] FROM summaries WHERE metric = ? AND bucket = ? "
                 "ORDER BY 1"
@@ -370,7 +374,7 @@ class Store(IncidentStore):
     def distinct(self) -> dict[str, list[Any]]:
         """The values present in the grouping columns of runs (for the dashboard's filters)."""
         out = {}
-        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
+        for column in ("substrate", "tier", "steps", "fidelity", "mode", "vantage"):
             rows = self.db.execute(f"SELECT DISTINCT [{column}] FROM runs ORDER BY 1").fetchall()
             out[column] = [r[0] for r in rows if r[0] is not None]
         return out
@@ -546,11 +550,11 @@ _ACTION_CONTEXT = ", ".join(
     f"r.{column}" if column == name else f"r.{column} AS {name}" for column, name in ACTION_CONTEXT
 )
 
-_SUMMARY_PK = ("substrate", "mode", "fidelity", "tier", "steps", "toolchain", "bucket")
+_SUMMARY_PK = ("substrate", "mode", "fidelity", "vantage", "tier", "steps", "toolchain", "bucket")
 _SUMMARY_PK = (*_SUMMARY_PK, "bucket_start", "metric")
 
 _RUN_FILTERS = frozenset(
-    {"substrate", "kind", "mode", "tier", "steps", "fidelity", "status", "run_id"}
+    {"substrate", "kind", "mode", "tier", "steps", "fidelity", "vantage", "status", "run_id"}
 )
 
 

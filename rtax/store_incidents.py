@@ -22,7 +22,7 @@ import pandas as pd
 from rtax.migrations import INCIDENT_COLUMNS
 
 #: The columns that make a series (rtax.stats.DEFAULT_GROUP).
-SERIES_COLUMNS: tuple[str, ...] = ("substrate", "tier", "steps", "mode", "fidelity")
+SERIES_COLUMNS: tuple[str, ...] = ("substrate", "tier", "steps", "mode", "fidelity", "vantage")
 
 
 class IncidentStore:

@@ -22,6 +22,7 @@ def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
         "substrate": "local",
         "kind": "local",
         "mode": "exec",
+        "vantage": "local",
         "tier": "T0",
         "steps": 0,
         "seed": 0,
