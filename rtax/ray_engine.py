@@ -201,7 +201,9 @@ class RayEngine:
         scheduler stores the record in the future's callback)."""
         while (flight := self._done.get()) is not None:
             with self._lock:
-                self._flights.pop(flight.spec.run_id, None)
+                mine = self._flights.pop(flight.spec.run_id, None) is flight
+            if not mine:  # the watchdog gave up on it first: its outcome is already given
+                continue
             try:
                 outcome = self._outcome(flight)
             except Exception as exc:  # never leave the scheduler waiting on a future
@@ -251,20 +253,23 @@ class RayEngine:
                     self._give_up(flight, ENGINE_ERROR, message)
 
     def _give_up(self, flight: _Flight, error_class: str, message: str) -> None:
+        """Settle `flight` as failed, then cancel its task (in that order: the cancelled
+        task's own end must not be taken for its outcome)."""
         with self._lock:
-            self._flights.pop(flight.spec.run_id, None)
-        with contextlib.suppress(Exception):
-            self._ray.cancel(flight.ref)  # it cleans up on its node if it still runs
+            if self._flights.pop(flight.spec.run_id, None) is not flight:
+                return  # it ended meanwhile
         log.error("rollout %s: %s", flight.spec.run_id, message)
         settle(flight.future, self._failed(flight.spec, error_class, message))
+        with contextlib.suppress(Exception):
+            self._ray.cancel(flight.ref)  # it cleans up on its node if it still runs
 
     def _cancel_all(self) -> None:
         with self._lock:
             flights, self._flights = list(self._flights.values()), {}
         for flight in flights:
+            settle(flight.future, None)
             with contextlib.suppress(Exception):
                 self._ray.cancel(flight.ref)  # KeyboardInterrupt on the node: it cleans up
-            settle(flight.future, None)
 
     # -- preparing and reaping, on every node ------------------------------------------------
 
