@@ -77,10 +77,11 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, settings: EngineSettings, cancel: threading.Event) -> None:
+    def __init__(self, settings: EngineSettings, cancel: threading.Event, ray: Any = None) -> None:
+        """`ray`: the Ray module (imported by `start` when None; tests hand in a stand-in)."""
         self.settings = settings
         self.cancel = cancel
-        self._ray: Any = None
+        self._ray: Any = ray
         self._joined = False
         self._flights: dict[str, _Flight] = {}
         self._lock = threading.Lock()
@@ -92,9 +93,11 @@ class RayEngine:
     # -- life ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        import ray
+        if self._ray is None:
+            import ray
 
-        self._ray = ray
+            self._ray = ray
+        ray = self._ray
         if not ray.is_initialized():
             ray.init(
                 address=self.settings.address,

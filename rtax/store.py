@@ -381,15 +381,15 @@ class Store(IncidentStore):
 
     def milestone_means(self, **filters: Any) -> pd.DataFrame:
         """Mean offset (s from the create request) and n of each native milestone of successful
-        runs, per substrate, mode, fidelity, tier and steps."""
+        runs, per substrate, mode, fidelity, vantage, tier and steps."""
         filters = {**filters, "status": "ok"}
         where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
         sql = (
-            "SELECT r.substrate, r.mode, r.fidelity, r.tier, r.steps, "
+            "SELECT r.substrate, r.mode, r.fidelity, r.vantage, r.tier, r.steps, "
             "json_extract(m.value, '$.name') AS milestone, "
             "avg(json_extract(m.value, '$.t_s')) AS mean_t_s, count(*) AS n "
             f"FROM runs r, json_each(r.milestones) m {where} "
-            "GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 7"
+            "GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 8"
         )
         return self._frame(sql, params)
 

@@ -1,4 +1,4 @@
-"""The filters shared by every page: time window, substrates, tiers, fidelity.
+"""The filters shared by every page: time window, substrates, tiers, fidelity, vantage.
 
 Why they live in the sidebar drawn by `app.py`: widgets drawn by the entrypoint exist on every
 page, so a choice made on one page survives the move to another (docs/dashboard.md).
@@ -32,13 +32,15 @@ class Filters:
     substrates: tuple[str, ...] = ()  # empty: all
     tiers: tuple[str, ...] = ()
     fidelities: tuple[str, ...] = ()
+    #: where the probes ran (docs/ray.md#vantages); empty: all
+    vantages: tuple[str, ...] = ()
     #: let series whose workload toolchain differs from the floor's into spreads and projections
     include_incomparable: bool = False
 
     @property
     def key(self) -> data.FilterKey:
         """The hashable form the cached readers take."""
-        return (WINDOWS[self.window], self.substrates, self.tiers, self.fidelities)
+        return (WINDOWS[self.window], self.substrates, self.tiers, self.fidelities, self.vantages)
 
     def describe(self) -> str:
         def part(values: tuple[str, ...]) -> str:
@@ -46,7 +48,7 @@ class Filters:
 
         return (
             f"{self.window}; substrates: {part(self.substrates)}; tiers: {part(self.tiers)};"
-            f" fidelity: {part(self.fidelities)}"
+            f" fidelity: {part(self.fidelities)}; vantage: {part(self.vantages)}"
         )
 
 
@@ -74,6 +76,15 @@ def sidebar(db: str) -> Filters:
             "modelled: injected latencies. Series are labelled by fidelity and mode and "
             "never merged.",
         )
+        vantages = st.multiselect(
+            "Vantages",
+            present.get("vantage", []),
+            key="f_vantages",
+            placeholder="all vantages",
+            help="Where the probe ran: local (this host) or a Ray node's vantage label "
+            "(docs/ray.md). The same substrate seen from two vantages is two series, "
+            "never merged.",
+        )
         incomparable = st.toggle(
             "Include series not comparable to the floor",
             value=False,
@@ -83,7 +94,9 @@ def sidebar(db: str) -> Filters:
             "alone. Spreads and projections leave such series out unless this is on.",
         )
         st.caption(f"Database: `{db}`")
-    chosen = Filters(window, tuple(substrates), tuple(tiers), tuple(fidelities), incomparable)
+    chosen = Filters(
+        window, tuple(substrates), tuple(tiers), tuple(fidelities), tuple(vantages), incomparable
+    )
     st.session_state[_STATE] = chosen
     return chosen
 
