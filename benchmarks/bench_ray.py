@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import secrets
 import tempfile
 import threading
 from pathlib import Path
@@ -54,16 +56,21 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured rollouts per engine")
     args = parser.parse_args()
 
-    import ray
-
     fixture = fixtures.build()
     with tempfile.TemporaryDirectory(prefix="rtax-bench-ray-") as tmp:
+        # A cluster of its own: one node, one CPU, a small object store, no dashboard, and
+        # its own authentication token in the temporary folder (never ~/.ray's), set before
+        # Ray is imported (it reads its authentication mode then).
+        token = Path(tmp) / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+        import ray
+
         params = {"root": str(Path(tmp) / "envs"), "template": str(fixture.template)}
         conf = SubstrateConfig("local", "local", params)
         cancel = threading.Event()
         compose = Composition(emulations="off", fixture=fixture)
         local = LocalEngine(compose, cancel)
-        # A cluster of its own: one node, one CPU, a small object store, no dashboard.
         ray.init(
             num_cpus=1,
             object_store_memory=80 * 1024 * 1024,
@@ -71,6 +78,7 @@ def main() -> int:
             labels={DEFAULT_LABEL: VANTAGE},
             log_to_driver=False,
             logging_level=logging.WARNING,
+            _temp_dir=str(Path(tmp) / "ray"),  # its logs and sockets go with the folder
         )
         remote = RayEngine(EngineSettings("ray", "auto", vantages=(VANTAGE,)), cancel)
         try:

@@ -1,6 +1,11 @@
 """A real, small Ray cluster on this machine for the engine's tests: a head node and worker
 nodes, each a `ray start --block` in a session of its own, labelled with its vantage.
 
+Token authentication is off, said explicitly (`environ`), so that a token file of the user's
+(``~/.ray/auth_token``) does not turn it on for some processes and not others: the driver is
+the test's own process, whose Ray reads its authentication mode once, when first imported. The
+cluster lives for one test module.
+
 Why sessions: every process of a node (raylet, agents, the workers that run rollouts) stays in
 the session of the `ray start` that this harness started, so a node is killed (a lost node) or
 stopped by the ids of exactly those processes: never `ray stop`, which stops every Ray process
@@ -17,7 +22,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,13 +104,18 @@ class Cluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def environ(self) -> dict[str, str]:
+        """What a process needs in its environment to join this cluster."""
+        return {"RAY_AUTH_MODE": "disabled"}
+
     def _start(self, vantage: str, args: list[str], env: Mapping[str, str]) -> Node:
         temp = self.root / f"{vantage}-{len(self.nodes)}"  # short: Ray's socket paths are
         temp.mkdir()
         logfile = temp.with_suffix(".log")
         cmd = [RAY, "start", "--block", *NODE_ARGS, "--temp-dir", str(temp)]
         cmd += ["--labels", f"{LABEL}={vantage}", "--disable-usage-stats", *args]
-        environ = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env}
+        environ = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self.environ, **env}
         with open(logfile, "wb") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=environ, start_new_session=True
@@ -141,14 +150,3 @@ class Cluster:
         left = [pid for node in self.nodes for pid in node.pids()]
         shutil.rmtree(self.root, ignore_errors=True)
         assert not left, f"Ray processes left running: {left}"
-
-
-def wait_alive(count: int, timeout_s: float = 60) -> None:
-    """Until the driver's cluster (``ray.init`` done) has `count` alive nodes."""
-    import ray
-
-    wait_for(lambda: sum(n["Alive"] for n in ray.nodes()) == count, timeout_s, "alive nodes")
-
-
-def start_time() -> float:
-    return time.monotonic()

@@ -40,12 +40,16 @@ pytestmark = pytest.mark.slow
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Path]]:
     roots = tmp_path_factory.mktemp("node-roots")
     nodes = Cluster()
-    try:
-        nodes.head("eu", env={"RTAX_NODE_ROOT": str(roots / "eu")})
-        nodes.add("us", env={"RTAX_NODE_ROOT": str(roots / "us")})
-        yield nodes, roots
-    finally:
-        nodes.stop()  # and asserts that no process of any node is left
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in nodes.environ.items():  # as the scheduler joins it
+            env.setenv(name, value)
+        env.delenv("RAY_ADDRESS", raising=False)
+        try:
+            nodes.head("eu", env={"RTAX_NODE_ROOT": str(roots / "eu")})
+            nodes.add("us", env={"RTAX_NODE_ROOT": str(roots / "us")})
+            yield nodes, roots
+        finally:
+            nodes.stop()  # and asserts that no process of any node is left
 
 
 def _config(tmp_path: Path, cluster: Cluster, substrates: str) -> config.Config:
