@@ -79,6 +79,7 @@ bench: fixtures docker
 	$(PY) benchmarks/bench_pool.py
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_dashboard.py
+	$(PY) benchmarks/bench_ray.py
 
 # The fault suite (docs/faults.md): rollouts on every substrate under injected faults, on a
 # private dockerd of its own (the system's engine is never restarted); one table, exit 1 on any

@@ -48,6 +48,15 @@ def live() -> None:
     note = tables.fidelity_note(rows["fidelity"].dropna())
     if note:
         st.caption(note)
+    seen = summarized.vantages(rows)
+    if not seen.empty:
+        st.subheader("From each vantage")
+        st.caption(
+            "The same substrate probed from several places (Ray nodes labelled with a "
+            "vantage, docs/ray.md): two vantages are two series, never merged. "
+            "`ttfc_vs_nearest`: this vantage's time-to-first-command p50 over the nearest one's."
+        )
+        style.table(seen)
     st.caption(
         "Read from per-series hourly summaries kept as data arrives (docs/data.md#summaries), "
         "with the same percentile rule as raw samples (linear interpolation): exactly the raw "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtax import loadplan, paths, pricing, redaction, rules, workloads
+from rtax import engine_settings, loadplan, paths, pricing, redaction, rules, workloads
 from rtax.dashboard.serve import Dashboard
 from rtax.dashboard.serve import parse as parse_dashboard
 from rtax.emulation import connection_params
@@ -91,6 +91,8 @@ class Plan:
     interval_s: float
     jitter_s: float
     mode: str | None = None
+    #: the vantages each rollout runs from (docs/ray.md#vantages); None: the engine's
+    vantages: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ class Config:
     loads: tuple[loadplan.LoadPlan, ...] = ()
     #: what breaks a substrate's envelope on the Capacity page (docs/load.md#the-envelope)
     capacity: loadplan.Bounds = field(default_factory=loadplan.Bounds)
+    #: where rollouts run: this process's threads, or a Ray cluster (docs/ray.md)
+    engine: engine_settings.EngineSettings = field(default_factory=engine_settings.EngineSettings)
 
 
 def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
@@ -208,7 +212,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         problems.append(f"{where}{key}: {message}")
 
     known = {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    known |= {"detection", "alerts", "status", "loads", "capacity"}
+    known |= {"detection", "alerts", "status", "loads", "capacity", "engine"}
     for key in raw:
         if key not in known:
             bad(key, f"unknown key (known: {', '.join(sorted(known))})")
@@ -339,6 +343,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             "interval",
             "jitter",
             "mode",
+            "vantages",
         }:
             bad(f"{key}.{extra}", "unknown key")
         subs = entry.get("substrates")
@@ -386,7 +391,12 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
                 takes = _parameters(conf.kind) if conf and conf.kind in REGISTRY else None
                 if takes is not None and "mode" not in takes:
                     bad(f"{key}.mode", f"substrate {s_name!r} ({conf.kind}) has no action modes")
-        plans.append(Plan(str(name), tuple(subs), str(tier), steps, repeat, interval, jitter, mode))
+        vantages = None
+        if "vantages" in entry:
+            vantages = engine_settings.vantage_list(entry["vantages"], f"{key}.vantages", bad)
+        plans.append(
+            Plan(str(name), tuple(subs), str(tier), steps, repeat, interval, jitter, mode, vantages)
+        )
 
     retention_raw = raw.get("retention", {})
     if not isinstance(retention_raw, dict):
@@ -443,6 +453,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         raw.get("loads", []), bad, duration, set(substrates) | set(NAMED), has_modes
     )
     capacity = loadplan.parse_capacity(raw.get("capacity", {}), bad, duration)
+    engine = engine_settings.parse(raw.get("engine"), bad)
+    engine_settings.check_plans(engine, plans, substrates.values(), bad)
     if problems:
         raise ConfigError(problems)
     return Config(
@@ -462,6 +474,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         status,
         loads,
         capacity,
+        engine,
     )
 
 

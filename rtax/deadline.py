@@ -30,13 +30,18 @@ STOP_GRACE_S = 3.0
 
 
 def run_with_deadline(
-    substrate: Substrate, workload: Workload, deadline: float, cancel: threading.Event
+    substrate: Substrate,
+    workload: Workload,
+    deadline: float,
+    cancel: threading.Event,
+    run_id: str | None = None,
 ) -> RolloutRecord | None:
     """The rollout's record (a ``deadline_exceeded`` one if it never returned); None if
-    `cancel` was set while it was still busy."""
+    `cancel` was set while it was still busy. `run_id`: chosen by the caller before dispatch
+    (`rtax.engine.RolloutSpec`), else here."""
     result: list[RolloutRecord] = []
     started = datetime.now(UTC)
-    run_id = uuid.uuid4().hex
+    run_id = run_id or uuid.uuid4().hex
     options = ProbeOptions(deadline_s=deadline, cancel=cancel)
     worker = threading.Thread(
         target=lambda: result.append(

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rtax import changepoint, stats
+from rtax.record import LOCAL_VANTAGE
 from rtax.rules import Detection, Rule
 
 #: The runs column of each latency metric.
@@ -65,11 +66,15 @@ def stamp(moment: datetime) -> str:
 
 
 def series_key(row: Any) -> str:
-    """One series as one text: ``docker T2 S=10 session real``, and ``... real warm`` for a warm
-    pool's claims (a cold series keeps the text it had before launch types existed)."""
+    """One series as one text: ``docker T2 S=10 session real``, then `` warm`` for a warm
+    pool's claims and ``@ eu`` when it was seen from a vantage other than the local one
+    (docs/ray.md#vantages); a cold, local series keeps the text it had before either existed."""
     key = f"{row['substrate']} {row['tier']} S={int(row['steps'])} {row['mode']} {row['fidelity']}"
-    warm = row.get("launch_type") == "warm" if hasattr(row, "get") else False
-    return f"{key} warm" if warm else key
+    get = row.get if hasattr(row, "get") else (lambda _name: None)
+    if get("launch_type") == "warm":
+        key += " warm"
+    vantage = get("vantage")
+    return key if vantage in (None, LOCAL_VANTAGE) else f"{key} @ {vantage}"
 
 
 def latency(runs: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -8,7 +8,8 @@ Why this shape (docs/metrics.md):
 - Failed rollouts never enter a latency histogram (docs/measurement.md#failures): they are
   counted apart by error class, and rtax's own ``harness_error`` under a status of its own, so
   ``status="failed"`` is the substrates' failures only.
-- A few bounded labels per series (substrate, tier, steps, mode, fidelity, launch_type), never a
+- A few bounded labels per series (substrate, tier, steps, mode, fidelity, vantage, launch_type),
+  never a
   run id. ``launch_type`` follows kubernetes-sigs/agent-sandbox's startup histograms (warm or
   cold): a rollout that claimed from a warm pool is warm, every other one cold.
 - A registry of its own (not prometheus_client's global one), so each scheduler and each test
@@ -29,12 +30,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rtax.config import MetricsSettings
-from rtax.probe import HarnessError
-from rtax.record import PHASES, UNKNOWN_FIDELITY, RolloutRecord
+from rtax.record import LOCAL_VANTAGE, PHASES, UNKNOWN_FIDELITY, RolloutRecord
+from rtax.stats import OWN_ERRORS
 from rtax.store import Store
 
 #: The labels of one series; every metric carries them, in this order.
-SERIES_LABELS: tuple[str, ...] = ("substrate", "tier", "steps", "mode", "fidelity", "launch_type")
+SERIES_LABELS: tuple[str, ...] = (
+    *("substrate", "tier", "steps", "mode", "fidelity", "vantage", "launch_type"),
+)
 #: Latency buckets (s): 1 ms to 10 min, about three per decade, then +Inf.
 BUCKETS: tuple[float, ...] = (
     *(m * 10.0**e for e in range(-3, 2) for m in (1.0, 2.5, 5.0)),
@@ -73,17 +76,19 @@ def series(run: Mapping[str, Any]) -> Series:
         str(int(steps)) if _number(steps) is not None else "0",
         str(run.get("mode") or "exec"),
         str(run.get("fidelity") or UNKNOWN_FIDELITY),
+        str(run.get("vantage") or LOCAL_VANTAGE),
         launch_type(run),
     )
 
 
 def outcome(run: Mapping[str, Any]) -> tuple[str, str]:
     """(status, error_class) labels: ``ok``/``none``, ``failed`` with the class, or
-    ``harness_error`` (rtax's own trouble, never a substrate's failure)."""
+    ``harness_error`` (rtax's own trouble, its engine's included: never a substrate's
+    failure)."""
     if run.get("status") == "ok":
         return "ok", "none"
     cls = str(run.get("error_class") or "unknown")
-    return ("harness_error" if cls == HarnessError.error_class else "failed"), cls
+    return ("harness_error" if cls in OWN_ERRORS else "failed"), cls
 
 
 class Metrics:

@@ -75,8 +75,8 @@ V5_RESOLUTION_COLUMNS: tuple[str, ...] = (
     "actions_res_s",
     "cleanup_res_s",
 )
-#: The columns of rollups (created by `_v4`), in order.
-ROLLUP_COLUMNS: tuple[str, ...] = (
+#: Frozen: the columns of rollups as `_v4` created them, in order.
+V4_ROLLUP_COLUMNS: tuple[str, ...] = (
     "substrate",
     "kind",
     "mode",
@@ -93,8 +93,18 @@ ROLLUP_COLUMNS: tuple[str, ...] = (
     "max",
     "sketch",
     "errors",
-    "launch_type",  # since v10
 )
+#: Frozen: the columns of rollups as `_v10` rebuilt them (the launch type added), in order.
+V10_ROLLUP_COLUMNS: tuple[str, ...] = (*V4_ROLLUP_COLUMNS, "launch_type")
+#: The columns of rollups today (`_v11` added vantage), in order.
+ROLLUP_COLUMNS: tuple[str, ...] = (
+    *V4_ROLLUP_COLUMNS[:4],
+    "vantage",
+    *V4_ROLLUP_COLUMNS[4:],
+    "launch_type",
+)
+#: Frozen: the vantage `_v11` gives every run, rollup and summary made before it.
+V11_VANTAGE = "local"
 
 
 def _v1(db: sqlite_utils.Database) -> None:
@@ -228,13 +238,16 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
     from rtax import summaries
 
     conn = db.conn
+    # The table as it is at this version (`_v8` builds before `_v11` added vantage, whose rows
+    # are then all `local`, as their runs are).
+    present = {c.name for c in db["summaries"].columns}
     conn.execute("DELETE FROM summaries")
     action_rows = dict(conn.execute("SELECT run_id, count(*) FROM actions GROUP BY run_id"))
     merged: dict[tuple, dict] = {}
 
     def add(rows: list[dict]) -> None:
         for row in rows:
-            key = tuple(row[k] for k in (*summaries.KEY, "metric") if k != "kind")
+            key = tuple(row[k] for k in (*summaries.KEY, "metric") if k != "kind" and k in present)
             old = merged.get(key)
             merged[key] = summaries.merge_row(old, row) if old else row
 
@@ -258,6 +271,7 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
                 {
                     **{k: r[k] for k in ("substrate", "kind", "mode", "fidelity", "tier")},
                     "launch_type": r.get("launch_type") or "cold",  # before v10: all cold
+                    "vantage": r.get("vantage") or V11_VANTAGE,
                     "steps": r["steps"],
                     "toolchain": "",
                     "bucket": bucket,
@@ -270,9 +284,7 @@ def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
                 }
             )
     add(rolled)
-    # The table as the file's schema has it (before v10 it had no launch_type).
-    have = {r[1] for r in conn.execute("PRAGMA table_info(summaries)")}
-    columns = [c for c in summaries.COLUMNS if c in have]
+    columns = [c for c in summaries.COLUMNS if c in present]
     conn.executemany(
         f"INSERT INTO summaries ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
         ([row.get(c) for c in columns] for row in merged.values()),
@@ -363,7 +375,7 @@ def _v10(db: sqlite_utils.Database) -> None:
         "PRIMARY KEY ([substrate], [mode], [fidelity], [launch_type], [tier], [steps], "
         "[bucket], [bucket_start], [metric]))"
     )
-    old = ", ".join(f"[{c}]" for c in ROLLUP_COLUMNS if c != "launch_type")
+    old = ", ".join(f"[{c}]" for c in V4_ROLLUP_COLUMNS)
     db.execute(f"INSERT INTO [rollups] ({old}) SELECT {old} FROM [rollups_v9]")
     db.execute("DROP TABLE [rollups_v9]")
     db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
@@ -384,6 +396,48 @@ def _v10(db: sqlite_utils.Database) -> None:
     build_summaries(db)
 
 
+def _v11(db: sqlite_utils.Database) -> None:
+    """Vantage (docs/ray.md#vantages): where each run was probed from, ``local`` for every run
+    made before (they all ran on the host that stored them). The same substrate seen from two
+    vantages is two series, so vantage joins the keys of rollups and summaries: both tables are
+    rebuilt with it (SQLite can't change a primary key in place), their old rows as ``local``,
+    summaries from the runs and rollups (`build_summaries`)."""
+    db.execute(f"ALTER TABLE [runs] ADD COLUMN [vantage] TEXT NOT NULL DEFAULT '{V11_VANTAGE}'")
+    db.execute("ALTER TABLE [rollups] RENAME TO [rollups_v10]")
+    db.execute("DROP INDEX IF EXISTS [idx_rollups_bucket_start]")
+    db.execute(
+        "CREATE TABLE [rollups] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [vantage] TEXT NOT NULL, [tier] TEXT NOT NULL, "
+        "[steps] INTEGER NOT NULL, [bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, "
+        "[metric] TEXT NOT NULL, [runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, "
+        "[min] REAL, [max] REAL, [sketch] TEXT, [errors] TEXT, "
+        "[launch_type] TEXT NOT NULL DEFAULT 'cold', PRIMARY KEY ([substrate], [mode], "
+        "[fidelity], [vantage], [launch_type], [tier], [steps], [bucket], [bucket_start], "
+        "[metric]))"
+    )
+    old = ", ".join(f"[{c}]" for c in V10_ROLLUP_COLUMNS)
+    db.execute(
+        f"INSERT INTO [rollups] ({old}, [vantage]) SELECT {old}, '{V11_VANTAGE}' FROM [rollups_v10]"
+    )
+    db.execute("DROP TABLE [rollups_v10]")
+    db.execute("CREATE INDEX [idx_rollups_bucket_start] ON [rollups] ([bucket_start])")
+    db.execute("DROP TABLE [summaries]")
+    db.execute(
+        "CREATE TABLE [summaries] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
+        "[fidelity] TEXT NOT NULL, [vantage] TEXT NOT NULL, [launch_type] TEXT NOT NULL, "
+        "[tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, [toolchain] TEXT NOT NULL, "
+        "[bucket] TEXT NOT NULL, [bucket_start] TEXT NOT NULL, [metric] TEXT NOT NULL, "
+        "[runs] INTEGER NOT NULL, [n] INTEGER NOT NULL, [sum] REAL, [sumsq] REAL, [min] REAL, "
+        "[max] REAL, [res_max] REAL, [last_started_at] TEXT, [sketch] TEXT, [errors] TEXT, "
+        "PRIMARY KEY ([substrate], [mode], [fidelity], [vantage], [launch_type], [tier], "
+        "[steps], [toolchain], [bucket], [bucket_start], [metric]))"
+    )
+    db.execute(
+        "CREATE INDEX [idx_summaries_bucket] ON [summaries] ([metric], [bucket], [bucket_start])"
+    )
+    build_summaries(db)
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -396,5 +450,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (8, _v8),
     (9, _v9),
     (10, _v10),
+    (11, _v11),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

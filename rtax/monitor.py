@@ -37,6 +37,7 @@ COLUMNS = (
     "mode",
     "fidelity",
     "launch_type",
+    "vantage",
     "status",
     "error_class",
     "time_to_first_command_s",

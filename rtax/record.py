@@ -69,6 +69,8 @@ ACTION_PHASE: dict[str, str] = {"ready": "ready", "setup": "setup", "actions": "
 #: The fidelity of a row whose substrate could not even be built and whose configuration does
 #: not say: never a silent `real` (docs/measurement.md#fidelity).
 UNKNOWN_FIDELITY = "unknown"
+#: The vantage of a run probed on the scheduler's (or the CLI's) own host (docs/ray.md#vantages).
+LOCAL_VANTAGE = "local"
 #: A run's error message is cut to this many characters: a row is read, it is not a log.
 MESSAGE_CHARS = 1000
 
@@ -155,6 +157,13 @@ RUN_FIELDS: tuple[Field, ...] = (
         since=10,
         page=True,
     ),
+    Field(
+        "vantage",
+        str,
+        "where the probe ran (docs/ray.md#vantages): a Ray node's label, else local",
+        since=11,
+        page=True,
+    ),
 )
 #: Every column of ``actions`` (one row per command: ready attempts, setup, actions).
 ACTION_FIELDS: tuple[Field, ...] = (
@@ -189,6 +198,7 @@ ACTION_CONTEXT: tuple[tuple[str, str], ...] = (
     ("steps", "steps"),
     ("fidelity", "fidelity"),
     ("launch_type", "launch_type"),
+    ("vantage", "vantage"),
     ("status", "run_status"),
     ("started_at", "run_started_at"),
 )
@@ -307,6 +317,7 @@ def run_row(
         kind=kind,
         mode=mode or "exec",
         launch_type="cold",
+        vantage=LOCAL_VANTAGE,
         tier=tier,
         steps=steps,
         seed=seed,

@@ -2,10 +2,10 @@
 
 Why (docs/configuration.md#retention): a monitor that runs for months must stay bounded, but its
 users ask "what was the p95 last quarter?". So raw runs and actions past the age are folded,
-per (substrate, mode, fidelity, launch type, tier, steps, hour or day), into rows that keep the
-number of runs, the successful samples' count, sum, min, max, a quantile sketch (`rtax.sketch`)
-and the error classes of the failures, for every phase and derived metric and for per-action
-latency; then the raw rows are deleted and the file compacted.
+per (substrate, mode, fidelity, launch type, vantage, tier, steps, hour or day), into rows that
+keep the number of runs, the successful samples' count, sum, min, max, a quantile sketch
+(`rtax.sketch`) and the error classes of the failures, for every phase and derived metric and
+for per-action latency; then the raw rows are deleted and the file compacted.
 
 `window` answers a percentile query over any window, whether its samples are raw, rolled up or
 both: raw samples are sketched the same way and merged, and read back with the raw path's
@@ -27,13 +27,14 @@ from typing import Any
 
 import pandas as pd
 
-from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
 from rtax.sketch import Sketch
-from rtax.stats import HARNESS_ERROR, attempts
+from rtax.stats import OWN_ERRORS, attempts
 from rtax.store import YIELD_S, Store
 
-#: What is folded together: never across modes, fidelities or launch types (cold, warm).
-GROUP = ("substrate", "mode", "fidelity", "launch_type", "tier", "steps")
+#: What is folded together: one series, never across modes, fidelities, launch types (cold,
+#: warm) or vantages (docs/ray.md#vantages).
+GROUP = ("substrate", "mode", "fidelity", "launch_type", "vantage", "tier", "steps")
 RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
 ACTION_METRIC = "action_latency_s"
 METRICS = (*RUN_METRICS, ACTION_METRIC)
@@ -113,11 +114,13 @@ def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, An
 
 
 def _normalized(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with the defaults of rows older than their columns: exec mode, cold starts."""
+    """`runs` with the defaults of rows older than their columns: exec mode, cold starts, the
+    local vantage."""
     runs = runs.copy()
     runs["mode"] = runs["mode"].fillna("exec")
-    launch = runs["launch_type"] if "launch_type" in runs else pd.Series(None, index=runs.index)
-    runs["launch_type"] = launch.fillna("cold")
+    for column, default in (("launch_type", "cold"), ("vantage", LOCAL_VANTAGE)):
+        given = runs[column] if column in runs else pd.Series(None, index=runs.index)
+        runs[column] = given.fillna(default)
     return runs
 
 
@@ -216,7 +219,8 @@ def window(
             a["sketch"].add_all(values)
     for row in store.rollups(since=since, until=until, metric=metric).to_dict("records"):
         a = acc[tuple(row[k] for k in GROUP)]
-        harness = json.loads(row.get("errors") or "{}").get(HARNESS_ERROR, 0)
+        errors = json.loads(row.get("errors") or "{}")
+        harness = sum(errors.get(c, 0) for c in OWN_ERRORS)
         a["runs"] += int(row["runs"]) - int(harness)
         a["n"] += int(row["n"])
         a["sum"] += float(row["sum"] or 0)

@@ -27,25 +27,23 @@ from __future__ import annotations
 
 import logging
 import random
-import sqlite3
 import threading
 import time
-import uuid
+from concurrent import futures
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rtax import alerts, budget, metrics, monitor, reaper, redaction, workloads
+from rtax import alerts, budget, engine, metrics, monitor, reaper, redaction
 from rtax.compose import Composition, Factory, configured_fidelity, prepare
 from rtax.config import Config, Plan, SubstrateConfig, build_substrate
-from rtax.deadline import run_with_deadline
+from rtax.engine import RolloutSpec, setup_failure
 from rtax.fixtures import Fixture
 from rtax.lock import LockHeld, SchedulerLock
-from rtax.probe import HarnessError
-from rtax.record import RolloutRecord, failed_record
+from rtax.record import RolloutRecord
 from rtax.spool import Spool
-from rtax.store import Store, StoreError
-from rtax.substrates.base import Substrate
+from rtax.store import Store
 
 __all__ = ["LockHeld", "Prober", "SchedulerLock", "configured_fidelity"]
 
@@ -93,6 +91,8 @@ class Prober:
         self._endpoint: metrics.Endpoint | None = None
         #: posts incident alerts while it runs (None: no webhook configured)
         self.notifier: alerts.Notifier | None = None
+        #: where its rollouts run (`rtax.engine`: these threads, or a Ray cluster)
+        self.engine = engine.make(config.engine, self.compose, self.cancel)
 
     @property
     def emulations(self) -> list[Any]:
@@ -119,6 +119,7 @@ class Prober:
             self._endpoint = metrics.serve(self.metrics, self.config.metrics, log)
             self.notifier = alerts.start(self.config.database, self.config.alerts)
             self.compose.fixture()  # built once, before any rollout needs it
+            self.engine.start()
             self._unusable = self.compose.start_emulations(log.info)
             self._check_substrates()
             self._reap()
@@ -205,6 +206,10 @@ class Prober:
             self.notifier.stop()  # what it has not sent stays pending in the database
             self.notifier = None
         try:
+            self.engine.close()  # what is still in flight is cancelled and not recorded
+        except Exception:
+            log.exception("the %s engine did not close cleanly", self.engine.name)
+        try:
             self.compose.close()
         except RuntimeError as exc:  # an emulation that could not stop cleanly: said, not fatal
             log.error("%s", exc)
@@ -247,13 +252,6 @@ class Prober:
             due.clear()
             return newest
 
-    def _substrate(self, name: str, overrides: dict[str, Any] | None = None) -> Substrate:
-        return self.compose.build(self.compose.entry(name), overrides)
-
-    def _for_rollouts(self, name: str, overrides: dict[str, Any] | None = None) -> Substrate:
-        """What a rollout of `name` runs on: its warm pool when it has one (`Composition`)."""
-        return self.compose.for_rollouts(self.compose.entry(name), overrides)
-
     def _check_substrates(self) -> None:
         """Prepare every substrate; a warm pool is filled once per action mode its plans use
         (so the first claim finds it full), and not at all when no plan uses it."""
@@ -264,11 +262,14 @@ class Prober:
                 continue
             modes = {p.mode for p in self.config.plans if name in p.substrates}
             try:
+                say = lambda m, n=name: log.info("%s: %s", n, m)  # noqa: E731
+                entry = self.compose.entry(name)
                 if not conf.pool or not modes:
-                    prepare(self._substrate(name), lambda m, n=name: log.info("%s: %s", n, m))
+                    self.engine.prepare(entry, say)
+                # a warm pool (the local engine only: [engine] refuses pools on Ray) is filled
+                # here, once per action mode, so that the first claim finds it full
                 for mode in sorted(modes, key=str) if conf.pool else []:
-                    target = self._for_rollouts(name, {"mode": mode} if mode else {})
-                    prepare(target, lambda m, n=name: log.info("%s: %s", n, m))
+                    prepare(self.compose.for_rollouts(entry, {"mode": mode} if mode else {}), say)
                 self.enabled[name] = True
             except Exception as exc:
                 if not conf.optional:
@@ -277,10 +278,17 @@ class Prober:
                 log.warning("substrate %s is skipped (optional, not usable here): %s", name, exc)
 
     def _reap(self) -> list[reaper.Orphan]:
-        """Remove the expired and orphaned environments of every enabled substrate; what
-        can't be built, listed or removed is logged and skipped, never fatal."""
-        names = [name for name in self.config.substrates if self.enabled.get(name)]
-        return reaper.sweep(names, self._substrate, log)
+        """Remove the expired and orphaned environments of every enabled substrate, wherever
+        the engine's rollouts leave them (on every Ray node); what can't be built, listed or
+        removed is logged and skipped, never fatal."""
+        confs = []
+        for name in self.config.substrates:
+            if self.enabled.get(name):
+                try:
+                    confs.append(self.compose.entry(name))
+                except Exception as exc:
+                    log.warning("reaper: cannot use %s: %s: %s", name, type(exc).__name__, exc)
+        return self.engine.sweep(confs, log)
 
     def run_reaper(self) -> None:
         """The periodic reap (every ``reap_interval``), holding a probe slot so that removals
@@ -324,33 +332,55 @@ class Prober:
 
     # -- one plan, one cycle ---------------------------------------------------------------
 
-    def run_plan(self, plan: Plan) -> None:
-        """One cycle of a plan: its substrates in a random order, `repeat` rollouts each."""
-        scheduled = self._take_due(plan.name)
+    def _cycle(self, plan: Plan) -> list[tuple[str, str | None]]:
+        """The rollouts of one cycle: its substrates in a random order, `repeat` rollouts
+        each, from each of its vantages in turn (None: wherever the engine places it)."""
         names = [n for n in plan.substrates if self.enabled.get(n)]
         random.shuffle(names)
-        for name in names:
-            for _ in range(plan.repeat):
+        vantages = plan.vantages if plan.vantages is not None else self.config.engine.vantages
+        return [(n, v) for n in names for _ in range(plan.repeat) for v in vantages or (None,)]
+
+    def run_plan(self, plan: Plan) -> None:
+        """One cycle of a plan (`_cycle`), at most ``concurrency`` rollouts in flight at once
+        (one probe slot each); the cycle ends when its last rollout is stored."""
+        scheduled = self._take_due(plan.name)
+        flying: list[Future[RolloutRecord | None]] = []
+        try:
+            for name, vantage in self._cycle(plan):
                 if self.stopped.is_set():
                     return
+                conf = self.config.substrates[name]
                 try:
-                    if not self._one(plan, self.config.substrates[name], scheduled):
-                        return  # too late for this cycle: skipped, not run late
+                    went = self._dispatch(plan, conf, vantage, scheduled)
                 except Exception as exc:  # a failing probe never stops the monitor
                     log.exception("plan %s on %s: could not set up the rollout", plan.name, name)
                     try:
-                        self._save_setup_error(plan, self.config.substrates[name], scheduled, exc)
+                        self._save_setup_error(plan, conf, scheduled, exc, vantage=vantage)
                     except Exception:
                         log.exception("could not record the setup error")
+                    continue
+                if went is False:
+                    return  # too late for this cycle: skipped, not run late
+                if isinstance(went, Future):
+                    flying.append(went)
+        finally:
+            futures.wait(flying)
 
     def _over_budget(self, conf: SubstrateConfig, store: Store) -> str | None:
         """Why today's budget of `conf` forbids another rollout, or None."""
         return budget.forbids(conf, store, running=self._in_flight.get(conf.name, []))
 
-    def _one(self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None) -> bool:
-        """One rollout; False when the cycle is already later than the misfire grace (or the
-        scheduler stopped while this waited for a slot)."""
-        with self.slots:
+    def _dispatch(
+        self, plan: Plan, conf: SubstrateConfig, vantage: str | None, scheduled: datetime | None
+    ) -> Future[RolloutRecord | None] | bool:
+        """Take a probe slot and hand one rollout to the engine; its future (the slot is
+        freed when it is stored), True when today's budget skips it, False when the cycle is
+        already later than the misfire grace (or the scheduler stopped while this waited for
+        a slot)."""
+        self.slots.acquire()
+        started: float | None = None
+        future: Future[RolloutRecord | None] | None = None
+        try:
             if self.stopped.is_set():
                 return False
             if scheduled is not None:
@@ -376,45 +406,59 @@ class Prober:
                     return True
                 started = time.monotonic()
                 self._in_flight.setdefault(conf.name, []).append(started)
-            try:
-                record = self._rollout(plan, conf, scheduled)
-            finally:
-                with self._budget_lock:
-                    self._in_flight[conf.name].remove(started)
-            if record is None:
-                return True
-        run = record.run
-        log.info(
-            "plan %s: %s %s%s %s in %.3f s%s",
-            plan.name,
-            run["substrate"],
-            run["tier"],
-            f" S={run['steps']}" if run["steps"] else "",
-            run["status"],
-            run["wall_s"] or 0.0,
-            f" ({run['error_class']})" if run["error_class"] else "",
-        )
-        return True
+            spec = RolloutSpec(
+                self.compose.entry(conf.name),
+                plan.tier,
+                plan.steps,
+                seed=0,
+                deadline_s=self.config.deadline_s,
+                overrides={"mode": plan.mode} if plan.mode else {},
+                vantage=vantage,
+            )
+            future = self.engine.submit(spec)
+        finally:
+            if future is None:  # skipped, or it could not be handed over: the slot is free
+                self._free(conf, started)
+        future.add_done_callback(lambda f: self._finished(f, plan, conf, scheduled, started))
+        return future
 
-    def _rollout(
-        self, plan: Plan, conf: SubstrateConfig, scheduled: datetime | None
-    ) -> RolloutRecord | None:
-        """Run one rollout and store it; None when it was cancelled (stopping)."""
-        overrides = {"mode": plan.mode} if plan.mode else {}
-        # failing: a setup error (`run_plan`); with a warm pool, the pool the rollout claims from
-        substrate = self._for_rollouts(conf.name, overrides)
+    def _free(self, conf: SubstrateConfig, started: float | None) -> None:
+        if started is not None:
+            with self._budget_lock:
+                self._in_flight[conf.name].remove(started)
+        self.slots.release()
+
+    def _finished(
+        self,
+        future: Future[RolloutRecord | None],
+        plan: Plan,
+        conf: SubstrateConfig,
+        scheduled: datetime | None,
+        started: float | None,
+    ) -> None:
+        """Store a finished rollout (none when it was cancelled: stopping), then free its
+        slot."""
         try:
-            source = self.compose.source(substrate) if plan.tier == "T2" else None
-            workload = workloads.build(plan.tier, steps=plan.steps, seed=0, source=source)
-        except Exception as exc:
-            log.exception("plan %s on %s: could not set up the rollout", plan.name, conf.name)
-            return self._save_setup_error(plan, conf, scheduled, exc, substrate.fidelity)
-        record = run_with_deadline(substrate, workload, self.config.deadline_s, self.cancel)
-        if record is None or record.run["error_class"] == "cancelled":
-            return None  # stopping: half a rollout is no sample, and no failure either
-        _announce(record)
-        self.save(_planned(record, plan, scheduled))
-        return record
+            record = future.result()
+            if record is None:
+                return  # stopping: half a rollout is no sample, and no failure either
+            _announce(record)
+            self.save(_planned(record, plan, scheduled))
+            run = record.run
+            log.info(
+                "plan %s: %s %s%s %s in %.3f s%s",
+                plan.name,
+                run["substrate"],
+                run["tier"],
+                f" S={run['steps']}" if run["steps"] else "",
+                run["status"],
+                run["wall_s"] or 0.0,
+                f" ({run['error_class']})" if run["error_class"] else "",
+            )
+        except Exception:
+            log.exception("plan %s on %s: could not keep the rollout", plan.name, conf.name)
+        finally:
+            self._free(conf, started)
 
     # -- keeping every record ----------------------------------------------------------------
 
@@ -434,26 +478,20 @@ class Prober:
         conf: SubstrateConfig,
         scheduled: datetime | None,
         exc: Exception,
-        fidelity: str | None = None,
+        *,
+        vantage: str | None = None,
     ) -> RolloutRecord:
-        """A rollout that could not even start is a failure too: it is kept as a row. rtax's
-        own trouble (its git daemon, its database) is a `harness_error`; anything else (the
-        substrate could not be built or reached) a `setup_error`. `fidelity`: the substrate's,
-        when it was built."""
-        harness = isinstance(exc, (HarnessError, StoreError, sqlite3.Error))
-        record = failed_record(
-            conf.name,
-            conf.kind,
-            plan.mode or conf.params.get("mode"),
-            plan,
-            uuid.uuid4().hex,
-            datetime.now(UTC),
-            HarnessError.error_class if harness else "setup_error",
-            f"{type(exc).__name__}: {exc}",
-            wall_s=None,
-            fidelity=fidelity or configured_fidelity(conf),
-            launch_type="warm" if conf.pool else "cold",
+        """A rollout that could not even be handed to the engine is a failure too: kept as a
+        row, classified as `rtax.engine.setup_failure` does (rtax's own trouble a
+        `harness_error`, anything else a `setup_error`)."""
+        spec = RolloutSpec(
+            conf,
+            plan.tier,
+            plan.steps,
+            overrides={"mode": plan.mode} if plan.mode else {},
+            vantage=vantage,
         )
+        record = setup_failure(spec, exc)
         _announce(record)
         self.save(_planned(record, plan, scheduled))
         return record

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 # The parts of wall time and the derived per-run metrics shown beside them (rtax.record).
-from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
 
 QUANTILES = (50, 95, 99)
 #: What may be aggregated together by default: never across action modes or fidelities (nor
@@ -86,14 +86,18 @@ def successful(runs: pd.DataFrame) -> pd.DataFrame:
 
 #: rtax's own failures (docs/measurement.md#failures): kept and shown, never a substrate's.
 HARNESS_ERROR = "harness_error"
+#: The execution engine's failures (a Ray node lost mid-rollout, no node for a vantage:
+#: docs/ray.md#failures): rtax's own too, counted with the harness errors.
+ENGINE_ERROR = "engine_error"
+OWN_ERRORS = (HARNESS_ERROR, ENGINE_ERROR)
 
 
 def attempts(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs a substrate answers for: all but rtax's own failures, which are shown apart
-    and never lower a success rate."""
+    """The runs a substrate answers for: all but rtax's own failures (`OWN_ERRORS`), which are
+    shown apart and never lower a success rate."""
     if "error_class" not in runs:
         return runs
-    return runs[runs["error_class"].ne(HARNESS_ERROR)]
+    return runs[~runs["error_class"].isin(OWN_ERRORS)]
 
 
 def success_rate(runs: pd.DataFrame) -> float:
@@ -227,11 +231,17 @@ def trajectory_fits(runs: pd.DataFrame, by: str = "series") -> dict[str, Traject
 
 
 def series_label(
-    substrate: str, mode: str | None, fidelity: str | None, launch_type: str | None = None
+    substrate: str,
+    mode: str | None,
+    fidelity: str | None,
+    launch_type: str | None = None,
+    vantage: str | None = None,
 ) -> str:
     """The name of a series: what may be aggregated together (one substrate, one action mode,
-    one fidelity, one launch type). Exec mode, real fidelity and cold starts are the unmarked
-    defaults; a warm pool's rollouts are ``docker · warm`` (docs/measurement.md#warm-pools)."""
+    one fidelity, one launch type, seen from one vantage). Exec mode, real fidelity, cold
+    starts and the local vantage are the unmarked defaults; a warm pool's rollouts are
+    ``docker · warm`` (docs/measurement.md#warm-pools), another vantage's ``docker @ eu``
+    (docs/ray.md#vantages)."""
     label = substrate
     if mode and mode != "exec":
         label += f" · {mode}"
@@ -239,6 +249,8 @@ def series_label(
         label += " · warm"
     if fidelity and fidelity != "real":
         label += f" [{fidelity}]"
+    if vantage and vantage != LOCAL_VANTAGE:
+        label += f" @ {vantage}"
     return label
 
 
@@ -263,8 +275,8 @@ def comparable(runs: pd.DataFrame, floor: str | None) -> pd.Series:
 
 
 def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
-    """`runs` with a `series` column, so that modes, fidelities and launch types (cold, warm)
-    are never mixed silently,
+    """`runs` with a `series` column, so that modes, fidelities, launch types (cold, warm) and
+    vantages are never mixed silently,
     a `comparable` column (the floor's toolchain, see `comparable`; the label of a run that is
     not says so, so that it never merges into a comparable series), and a `workload` column
     (tier, or tier and trajectory length). Vectorized: it runs on every dashboard read of up
@@ -279,6 +291,7 @@ def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
     # The rules of series_label / workload_label, applied once per distinct key and mapped back
     # (a few keys, up to 100,000 runs: the dashboard reads this on every page).
     launch = out["launch_type"] if "launch_type" in out else pd.Series("cold", index=out.index)
+    vantage = out["vantage"] if "vantage" in out else pd.Series(LOCAL_VANTAGE, index=out.index)
     codes, keys = pd.factorize(
         pd.MultiIndex.from_arrays(
             [
@@ -286,6 +299,7 @@ def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
                 out["mode"].fillna("exec"),
                 out["fidelity"].fillna("real"),
                 launch.fillna("cold"),
+                vantage.fillna(LOCAL_VANTAGE),
             ]
         )
     )

@@ -203,7 +203,11 @@ def label(series: Mapping[str, Any]) -> str:
     """A series as a person reads it, the pages' series and workload labels together:
     ``docker · session · T2 S=50``, ``daytona [emulated] · T0``."""
     name = stats.series_label(
-        series["substrate"], series["mode"], series["fidelity"], series.get("launch_type")
+        series["substrate"],
+        series["mode"],
+        series["fidelity"],
+        series.get("launch_type"),
+        series.get("vantage"),
     )
     return f"{name} · {stats.workload_label(series['tier'], int(series['steps']))}"
 

@@ -33,7 +33,7 @@ import sqlite_utils
 
 from rtax import redaction, summaries
 from rtax.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
-from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
+from rtax.record import ACTION_COLUMNS, ACTION_CONTEXT, LOCAL_VANTAGE, RUN_COLUMNS, RolloutRecord
 from rtax.store_incidents import IncidentStore
 from rtax.store_loads import LoadStore
 from rtax.store_sql import RUN_FILTERS as _RUN_FILTERS
@@ -188,6 +188,7 @@ class Store(IncidentStore, SummaryStore, LoadStore):
             "mode": record.run.get("mode") or "exec",
             # a record made before launch types (a spool line of an older rtax) was cold
             "launch_type": record.run.get("launch_type") or "cold",
+            "vantage": record.run.get("vantage") or LOCAL_VANTAGE,
         }
         try:
             with self._transaction():
@@ -299,18 +300,19 @@ class Store(IncidentStore, SummaryStore, LoadStore):
     def distinct(self) -> dict[str, list[Any]]:
         """The values present in the grouping columns of runs (for the dashboard's filters)."""
         out = {}
-        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
+        for column in ("substrate", "tier", "steps", "fidelity", "mode", "vantage"):
             rows = self.db.execute(f"SELECT DISTINCT [{column}] FROM runs ORDER BY 1").fetchall()
             out[column] = [r[0] for r in rows if r[0] is not None]
         return out
 
     def milestone_means(self, **filters: Any) -> pd.DataFrame:
         """Mean offset (s from the create or claim request) and n of each native milestone of
-        successful runs, per substrate, mode, fidelity, launch type, tier and steps."""
+        successful runs, per substrate, mode, fidelity, launch type, vantage, tier and
+        steps."""
         filters = {**filters, "status": "ok"}
         where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
         sql = (
-            "SELECT r.substrate, r.mode, r.fidelity, r.launch_type, r.tier, r.steps, "
+            "SELECT r.substrate, r.mode, r.fidelity, r.launch_type, r.vantage, r.tier, r.steps, "
             "json_extract(m.value, '$.name') AS milestone, "
             "avg(json_extract(m.value, '$.t_s')) AS mean_t_s, count(*) AS n "
             f"FROM runs r, json_each(r.milestones) m {where} "

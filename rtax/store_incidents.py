@@ -23,7 +23,9 @@ from rtax.migrations import INCIDENT_COLUMNS
 
 #: The columns that make a series (rtax.monitor.SERIES). An incident keeps the launch type in
 #: its `series` text only (`rtax.incidents.series_key`).
-SERIES_COLUMNS: tuple[str, ...] = ("substrate", "tier", "steps", "mode", "fidelity", "launch_type")
+SERIES_COLUMNS: tuple[str, ...] = (
+    *("substrate", "tier", "steps", "mode", "fidelity", "launch_type", "vantage"),
+)
 
 
 class IncidentStore:

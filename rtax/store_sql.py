@@ -17,7 +17,18 @@ class StoreError(RuntimeError):
 
 #: The runs columns a keyword filter may name (besides ``since`` and ``until``).
 RUN_FILTERS = frozenset(
-    {"substrate", "kind", "mode", "tier", "steps", "fidelity", "launch_type", "status", "run_id"}
+    {
+        "substrate",
+        "kind",
+        "mode",
+        "tier",
+        "steps",
+        "fidelity",
+        "launch_type",
+        "vantage",
+        "status",
+        "run_id",
+    }
 )
 
 

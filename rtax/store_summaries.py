@@ -15,10 +15,12 @@ import pandas as pd
 
 from rtax import summaries
 from rtax.migrations import build_summaries
+from rtax.store_incidents import SERIES_COLUMNS
 from rtax.store_sql import RUN_FILTERS, insert, where
 
 #: The summaries table's primary key.
-PRIMARY_KEY = ("substrate", "mode", "fidelity", "launch_type", "tier", "steps", "toolchain")
+PRIMARY_KEY = ("substrate", "mode", "fidelity", "vantage", "launch_type", "tier", "steps")
+PRIMARY_KEY = (*PRIMARY_KEY, "toolchain")
 PRIMARY_KEY = (*PRIMARY_KEY, "bucket")
 PRIMARY_KEY = (*PRIMARY_KEY, "bucket_start", "metric")
 
@@ -114,7 +116,7 @@ class SummaryStore:
         """The values present in the grouping columns over raw and folded history alike (the
         dashboard's filters), from the summaries: no scan of runs."""
         out = {}
-        for column in ("substrate", "tier", "steps", "fidelity", "mode"):
+        for column in ("substrate", "tier", "steps", "fidelity", "mode", "vantage"):
             sql = (
                 f"SELECT DISTINCT [{column}] FROM summaries WHERE metric = ? AND bucket = ? "
                 "ORDER BY 1"
@@ -177,7 +179,7 @@ class SummaryStore:
         return (first, last) if first is not None else None
 
     def summary_series(self, since: str | None = None, **filters: Any) -> pd.DataFrame:
-        """The series (substrate, tier, steps, mode, fidelity) with a run in the window, raw or
+        """The series (`SERIES_COLUMNS`) with a run in the window, raw or
         folded, from the day rows: what a timeline can show, without reading its points."""
         clause, params = where(filters, prefix="", allowed=RUN_FILTERS)
         clauses = [clause.removeprefix("WHERE ")] if clause else []
@@ -186,7 +188,7 @@ class SummaryStore:
         if since is not None:
             clauses.append("bucket_start >= ?")
             params.append(summaries.start_of(str(since), "day"))
-        columns = "substrate, tier, steps, mode, fidelity"
+        columns = ", ".join(SERIES_COLUMNS)
         sql = (
             f"SELECT DISTINCT {columns} FROM summaries WHERE {' AND '.join(clauses)} "
             f"ORDER BY {columns}"

@@ -2,8 +2,9 @@
 
 Why (docs/data.md#summaries): a page over 100,000 runs and millions of actions must not scan them
 on every render. So the store keeps, per series (substrate, kind, mode, fidelity, launch type,
-tier, steps, workload toolchain) and UTC hour, one row per metric with the counts a page needs:
-runs, the error classes of the failures (harness errors among them, counted apart), and over the
+vantage, tier, steps, workload toolchain) and UTC hour, one row per metric with the counts a
+page needs: runs, the error classes of the failures (harness errors among them, counted apart),
+and over the
 successful runs' finite samples n, sum (means: totals use the mean), sum of squares (least-squares
 fits), min, max, the coarsest resolution, and a mergeable quantile sketch (`rtax.sketch`, the
 format of retention's rollups: exact up to `sketch.EXACT_LIMIT` samples, within `sketch.ALPHA`
@@ -31,11 +32,28 @@ import numpy as np
 import pandas as pd
 
 from rtax import sketch, stats
-from rtax.record import METRIC_COLUMNS, METRIC_PHASES, PHASE_COLUMNS, PHASES, phases_of
+from rtax.record import (
+    LOCAL_VANTAGE,
+    METRIC_COLUMNS,
+    METRIC_PHASES,
+    PHASE_COLUMNS,
+    PHASES,
+    phases_of,
+)
 
 #: What a summary row is keyed by, besides its metric (the table's primary key with it).
 KEY = (
-    *("substrate", "kind", "mode", "fidelity", "launch_type", "tier", "steps", "toolchain"),
+    *(
+        "substrate",
+        "kind",
+        "mode",
+        "fidelity",
+        "launch_type",
+        "vantage",
+        "tier",
+        "steps",
+        "toolchain",
+    ),
     *("bucket", "bucket_start"),
 )
 #: Every run is summarized twice: per hour (a window's edges) and per day (its whole days),
@@ -155,6 +173,7 @@ def _add(
         run.get("mode") or "exec",
         run.get("fidelity") or "real",
         run.get("launch_type") or "cold",
+        run.get("vantage") or LOCAL_VANTAGE,
         run["tier"],
         int(run.get("steps") or 0),
         run.get("toolchain") or "",
@@ -296,7 +315,7 @@ def combine(rows: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     out["runs"] = out["runs"].astype(int)
     out["n"] = out["n"].astype(int)
     out["errors"] = counters
-    out["harness_errors"] = [e.get(stats.HARNESS_ERROR, 0) for e in counters]
+    out["harness_errors"] = [sum(e.get(c, 0) for c in stats.OWN_ERRORS) for e in counters]
     out["attempts"] = out["runs"] - out["harness_errors"]
     out["ok"] = out["runs"] - [sum(e.values()) for e in counters]
     out["sketch"] = [merge_sketches(texts) for texts in out["sketch"]]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from rtax import sketch, stats, status, summaries
 from rtax.incidents import series_key
-from rtax.record import PHASE_COLUMNS
+from rtax.record import LOCAL_VANTAGE, PHASE_COLUMNS
 
 #: Bucket label -> seconds.
 BUCKETS: dict[str, int] = {"5 min": 300, "1 h": 3_600, "1 d": 86_400}
@@ -80,6 +80,7 @@ def _label(frame: pd.DataFrame) -> pd.DataFrame:
     frame["mode"] = frame["mode"].fillna("exec")
     frame["fidelity"] = frame["fidelity"].fillna("real")
     frame["launch_type"] = frame["launch_type"].fillna("cold")
+    frame["vantage"] = frame["vantage"].fillna(LOCAL_VANTAGE)
     distinct = frame[_SERIES].drop_duplicates()
     records = distinct.to_dict("records")
     distinct = distinct.assign(

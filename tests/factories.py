@@ -23,6 +23,7 @@ def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
         "kind": "local",
         "mode": "exec",
         "launch_type": "cold",
+        "vantage": "local",
         "tier": "T0",
         "steps": 0,
         "seed": 0,

@@ -322,7 +322,7 @@ def test_data_page_downloads(seeded: Path, monkeypatch) -> None:
     _ok(at, "Data")
     n_runs = len(_runs(seeded))
     assert f"{n_runs:,} runs" in at.caption[0].value
-    key = (None, (), (), ())
+    key = (None, (), (), (), ())
     runs_csv = pd.read_csv(io.BytesIO(data.csv_of(str(seeded), key, "runs")))
     assert len(runs_csv) == n_runs and runs_csv["run_id"].is_unique
     actions_csv = pd.read_csv(io.BytesIO(data.csv_of(str(seeded), key, "actions")))
@@ -332,11 +332,11 @@ def test_data_page_downloads(seeded: Path, monkeypatch) -> None:
 
 def test_window_filter(seeded: Path) -> None:
     st.cache_data.clear()
-    everything = data.runs(str(seeded), (None, (), (), ()))
+    everything = data.runs(str(seeded), (None, (), (), (), ()))
     # The seeded runs are a minute apart, counted back from NOW (module import, maybe minutes
     # ago in a long suite): a window reaching 10 minutes before NOW holds about 10 of them.
     since_seeding = (datetime.now(UTC) - NOW).total_seconds()
-    recent = data.runs(str(seeded), (int(600 + since_seeding), (), (), ()))
+    recent = data.runs(str(seeded), (int(600 + since_seeding), (), (), (), ()))
     assert 0 < len(recent) < len(everything)
     assert math.isclose(len(recent), 10, abs_tol=1)
 
@@ -632,3 +632,37 @@ def test_projection_turns_limits_and_prices_into_floor_billed_and_dollars(
     at.number_input(key="proj_pool_size").set_value(100).run()
     _ok(at, "Projection")
     assert at.dataframe[-1].value.iloc[0]["binding"] == "a pool of 100 takes all 100 slots"
+
+
+def test_the_same_substrate_from_two_vantages_is_compared_and_filtered(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """docker probed from eu (time to first command 0.2, 0.4 s: p50 0.3) and from us (0.6,
+    0.9, 1.2 s: p50 0.9), local only from here: two docker series, side by side in the
+    Overview's vantage table (us is 3x the nearest), and the sidebar's vantage filter keeps
+    one (docs/ray.md#vantages)."""
+    db = tmp_path / "vantages.db"
+    samples = [("eu", 0.2), ("eu", 0.4), ("us", 0.6), ("us", 0.9), ("us", 1.2)]
+    with Store(db) as store:
+        for i, (vantage, ttfc) in enumerate(samples):
+            store.save_rollout(
+                _record(
+                    i, "docker", "T0", 0, ttfc + 0.1, time_to_first_command_s=ttfc, vantage=vantage
+                )
+            )
+        store.save_rollout(_record(9, "local", "T0", 0, 0.03, time_to_first_command_s=0.01))
+    at = _app(db, monkeypatch)
+    overview = at.dataframe[0].value
+    assert set(overview["series"]) == {"docker @ eu", "docker @ us", "local"}
+    seen = at.dataframe[1].value.set_index("vantage")
+    assert list(seen.index) == ["eu", "us"]  # nearest first; local was seen from one place
+    assert seen.loc["eu", "ttfc_p50_s"] == pytest.approx(0.3)
+    assert seen.loc["us", "ttfc_p50_s"] == pytest.approx(0.9)
+    assert seen["ttfc_vs_nearest"].tolist() == pytest.approx([1.0, 3.0])
+    assert seen["ttfc_n"].tolist() == [2, 3]
+    st.cache_data.clear()
+    only = AppTest.from_file(APP, default_timeout=60)
+    only.session_state["f_vantages"] = ["us"]
+    only.run()
+    assert set(only.dataframe[0].value["series"]) == {"docker @ us"}
+    assert "vantage: us" in only.caption[0].value

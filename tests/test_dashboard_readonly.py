@@ -116,7 +116,7 @@ def _render_every_page(db: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
             assert not at.exception, (page, [e.value for e in at.exception])
             assert not at.error, (page, [e.value for e in at.error])
             assert at.title, page
-        key = (None, (), (), ())
+        key = (None, (), (), (), ())
         for table in ("runs", "actions"):  # what the download buttons would serve
             assert data.csv_of(str(db), key, table)
     return attempts

@@ -104,6 +104,22 @@ def test_warm_claims_beside_cold_starts_are_two_series_not_a_change(store: Store
     )
 
 
+def test_a_new_vantage_is_a_series_of_its_own_not_a_change(store: Store) -> None:
+    """eu has probed at 1 s for 40 minutes; then us (farther away: 3 s) starts probing too.
+    Two vantages are two series (docs/ray.md#vantages): no change opens, and a slowdown of us
+    itself is named as us's."""
+    for i in range(40):
+        _probe(store, i, 1.0 + 0.01 * (i % 3), vantage="eu")
+    for i in range(40, 52):
+        last = _probe(store, i, 3.0 + 0.01 * (i % 3), vantage="us")
+    assert _check(store, last).opened == []
+    for i in range(52, 58):
+        last = _probe(store, i, 9.0, vantage="us")
+    _check(store, last)
+    (incident,) = store.open_incidents()
+    assert incident["series"] == "local T0 S=0 exec real @ us"
+
+
 def test_latency_of_failed_rollouts_never_opens_an_incident(store: Store) -> None:
     """Failures carry no latency (docs/measurement.md#failures): a run of failures between
     steady successes is no latency change."""

@@ -27,6 +27,7 @@ LOCAL = {
     "steps": "0",
     "mode": "exec",
     "fidelity": "real",
+    "vantage": "local",
     "launch_type": "cold",
 }
 DASHBOARD = checkout_root() / "docs" / "grafana" / "rtax.json"
@@ -43,6 +44,7 @@ def test_ok_rollouts_are_timed_failures_are_counted_apart_by_class() -> None:
     failed = dict(status="failed", time_to_first_command_s=0.3, episode_s=None)
     metrics.observe(make_record("c", error_class="ready_timeout", **failed))
     metrics.observe(make_record("d", error_class="harness_error", **failed))
+    metrics.observe(make_record("e", error_class="engine_error", **failed))
 
     count = _value(metrics, "rtax_time_to_first_command_seconds_count")
     total = _value(metrics, "rtax_time_to_first_command_seconds_sum")
@@ -54,6 +56,7 @@ def test_ok_rollouts_are_timed_failures_are_counted_apart_by_class() -> None:
         ("ok", "none"): 2,
         ("failed", "ready_timeout"): 1,
         ("harness_error", "harness_error"): 1,  # rtax's own trouble is no substrate failure
+        ("harness_error", "engine_error"): 1,  # nor is its engine's (a Ray node lost)
     }
     for (status, cls), n in counted.items():
         assert _value(metrics, "rtax_rollouts_total", status=status, error_class=cls) == n

@@ -172,6 +172,7 @@ def test_a_failed_record_keeps_only_what_is_known() -> None:
     known = {"run_id", "started_at", "ended_at", "substrate", "kind", "mode", "tier", "steps"}
     known |= {"seed", "fidelity", "status", "error_class", "error_message", "wall_s"}
     known |= {"n_actions", "milestones", "host", "rtax_version", "provenance", "launch_type"}
+    known |= {"vantage"}
     assert {k for k, v in row.items() if v is not None} == known
 
 

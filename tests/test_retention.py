@@ -186,3 +186,26 @@ def test_a_writer_with_a_short_busy_timeout_never_fails_during_retention(tmp_pat
     assert during > 10  # the writer really wrote while maintenance ran
     with Store(db) as store:
         assert set(written) <= set(store.runs(columns=["run_id"])["run_id"])
+
+
+def test_folding_keeps_two_vantages_two_series(tmp_path: Path) -> None:
+    """One substrate seen from two vantages: folded, each keeps its own rollup and its own
+    percentiles (docs/ray.md#vantages)."""
+    db = tmp_path / "rtax.db"
+    old = (NOW - timedelta(days=40)).isoformat()
+    with Store(db) as store:
+        for i, (vantage, episode) in enumerate([("eu", 1.0), ("eu", 3.0), ("us", 10.0)]):
+            store.save_rollout(
+                RolloutRecord(
+                    run=make_run(f"r{i}", started_at=old, vantage=vantage, episode_s=episode),
+                    actions=[make_action(f"r{i}", 0, "action")],
+                )
+            )
+        retention.fold(store, older_than_days=30, now=NOW, pause_s=0)
+        assert store.count("runs") == 0
+        rows = store.rollups(metric="episode_s").set_index("vantage")
+        assert rows.loc["eu", "runs"] == 2 and rows.loc["eu", "sum"] == pytest.approx(4.0)
+        assert rows.loc["us", "runs"] == 1 and rows.loc["us", "sum"] == pytest.approx(10.0)
+        table = retention.window(store, "episode_s").set_index("vantage")
+        assert table.loc["eu", "p50"] == pytest.approx(2.0)  # (1 + 3) / 2, never with 10
+        assert table.loc["us", "p50"] == pytest.approx(10.0)

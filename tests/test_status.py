@@ -141,7 +141,7 @@ def test_a_card_carries_the_days_figures_from_the_store(tmp_path: Path) -> None:
         from rtax.dashboard import data
 
         data.st.cache_data.clear()
-        cards = data.status_board.__wrapped__(str(tmp_path / "s.db"), (None, (), (), ()))
+        cards = data.status_board.__wrapped__(str(tmp_path / "s.db"), (None, (), (), (), ()))
     assert len(cards) == 1
     card = cards[0]
     assert card.label == "docker · T0" and card.key == key

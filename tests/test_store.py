@@ -393,7 +393,7 @@ def test_v8_file_gains_launch_types_its_rows_cold_and_its_rollups_kept(db_path: 
             migration(db)
     db.execute("PRAGMA user_version = 8")
     _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00"))
-    rollup = dict.fromkeys(c for c in migrations.ROLLUP_COLUMNS if c != "launch_type")
+    rollup = dict.fromkeys(c for c in migrations.V4_ROLLUP_COLUMNS)
     rollup.update(substrate="docker", kind="docker", mode="exec", fidelity="real", tier="T0")
     rollup.update(steps=0, bucket="day", bucket_start="2024-01-01T00:00:00.000000+00:00")
     rollup.update(metric="wall_s", runs=3, n=3, sum=0.75, sketch='{"v": [0.25, 0.25, 0.25]}')
@@ -457,8 +457,10 @@ def test_migrate_reports_versions_applied(db_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(store_module.Store, "migrate", spy)
     Store(db_path).close()
     Store(db_path).close()
-    versions = [v for v, _ in migrations.MIGRATIONS]
-    assert applied == versions[1:]  # from v1 up, once, then nothing
+    # from v1 up, once each, then nothing
+    assert (
+        applied == [v for v, _ in migrations.MIGRATIONS if v > 1] and applied[-1] == SCHEMA_VERSION
+    )
 
 
 def test_failed_migration_leaves_the_file_openable(
@@ -638,3 +640,36 @@ def test_a_large_old_file_is_never_rewritten_whole_under_writers(tmp_path: Path)
         assert s.compact(pause_s=0, full_vacuum_up_to=1024) is False  # freed pages reused
         assert s.count("runs") == 25
     assert _auto_vacuum(path) == 0
+
+
+def test_v8_file_gains_vantage_and_keeps_its_series_apart_from_new_vantages(db_path: Path) -> None:
+    """A file from before vantages (v8): its runs, its rollups (folded history) and its
+    summaries all become `local`, none lost; a run seen from another vantage afterwards is a
+    series of its own in the summaries and in retention's rollups (docs/ray.md#vantages)."""
+    db = sqlite_utils.Database(db_path)
+    for version, migration in migrations.MIGRATIONS:
+        if version <= 8:
+            migration(db)
+    db.execute("PRAGMA user_version = 8")
+    _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00", wall_s=2.0))
+    rollup = {c: None for c in migrations.V4_ROLLUP_COLUMNS}
+    rollup |= {"substrate": "local", "kind": "local", "mode": "exec", "fidelity": "real"}
+    rollup |= {"tier": "T0", "steps": 0, "bucket": "hour", "metric": "wall_s", "runs": 4}
+    rollup |= {"bucket_start": "2024-05-01T00:00:00.000000+00:00", "n": 4, "sum": 8.0}
+    rollup |= {"sketch": '{"v": [1.0, 2.0, 2.0, 3.0]}', "errors": "{}"}
+    db["rollups"].insert(rollup)
+    migrations.build_summaries(db)
+    db.conn.commit()
+    db.conn.close()
+
+    with Store(db_path) as s:
+        assert s.version == SCHEMA_VERSION
+        assert s.runs()["vantage"].tolist() == ["local"]
+        (kept,) = s.rollups().to_dict("records")
+        assert (kept["vantage"], kept["runs"], kept["sum"]) == ("local", 4, 8.0)
+        s.save_rollout(make_record("far", started_at="2024-06-01T12:10:00+00:00", vantage="eu"))
+        walls = s.summaries(metrics=["wall_s"])
+        walls = walls[walls["bucket"] == "day"].groupby("vantage")["runs"].sum().to_dict()
+        assert walls == {"eu": 1, "local": 1 + 4}  # the raw run and the folded four
+        assert s.summary_distinct()["vantage"] == ["eu", "local"]
+        assert s.runs(vantage="eu")["run_id"].tolist() == ["far"]

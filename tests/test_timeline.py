@@ -91,7 +91,7 @@ def test_folded_and_raw_history_make_one_timeline(db_path: Path) -> None:
         assert report.runs > 0
         left = store.count("runs")
     data.st.cache_data.clear()
-    key = (None, (), (), ())
+    key = (None, (), (), (), ())
     fine = data.timeline_points.__wrapped__(str(db_path), key, "time_to_first_command_s", "5 min")
     assert int(fine["runs"].sum()) == 72
     assert (fine["source"] == "raw").sum() == left

@@ -23,8 +23,9 @@ from rtax.store import Store, StoreError
 
 TTL_S = 10
 
-#: (window seconds or None, substrates, tiers, fidelities): the hashable form of the filters.
-FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+#: (window seconds or None, substrates, tiers, fidelities, vantages): the hashable form of the
+#: filters.
+FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
 def _configured_substrates() -> dict[str, Any]:
@@ -72,11 +73,12 @@ def database() -> str:
 
 
 def _query(key: FilterKey, now: datetime | None = None) -> dict[str, Any]:
-    window_s, substrates, tiers, fidelities = key
+    window_s, substrates, tiers, fidelities, vantages = key
     query: dict[str, Any] = {
         "substrate": list(substrates) or None,
         "tier": list(tiers) or None,
         "fidelity": list(fidelities) or None,
+        "vantage": list(vantages) or None,
     }
     if window_s is not None:
         now = now or datetime.now(UTC)
@@ -173,7 +175,7 @@ def options(db: str) -> dict[str, list[Any]]:
     """Values present in the database (raw and folded history), for the filter widgets."""
     store = _open(db)
     if store is None:
-        return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": []}
+        return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": [], "vantage": []}
     with store:
         return store.summary_distinct()
 

@@ -1,4 +1,4 @@
-"""The filters shared by every page: time window, substrates, tiers, fidelity.
+"""The filters shared by every page: time window, substrates, tiers, fidelity, vantage.
 
 Why they live in the sidebar drawn by `app.py`: widgets drawn by the entrypoint exist on every
 page, so a choice made on one page survives the move to another (docs/dashboard.md); each is
@@ -33,13 +33,15 @@ class Filters:
     substrates: tuple[str, ...] = ()  # empty: all
     tiers: tuple[str, ...] = ()
     fidelities: tuple[str, ...] = ()
+    #: where the probes ran (docs/ray.md#vantages); empty: all
+    vantages: tuple[str, ...] = ()
     #: let series whose workload toolchain differs from the floor's into spreads and projections
     include_incomparable: bool = False
 
     @property
     def key(self) -> data.FilterKey:
         """The hashable form the cached readers take."""
-        return (WINDOWS[self.window], self.substrates, self.tiers, self.fidelities)
+        return (WINDOWS[self.window], self.substrates, self.tiers, self.fidelities, self.vantages)
 
     def describe(self) -> str:
         def part(values: tuple[str, ...]) -> str:
@@ -47,13 +49,13 @@ class Filters:
 
         return (
             f"{self.window}; substrates: {part(self.substrates)}; tiers: {part(self.tiers)};"
-            f" fidelity: {part(self.fidelities)}"
+            f" fidelity: {part(self.fidelities)}; vantage: {part(self.vantages)}"
         )
 
     def parts(self) -> list[str]:
         """The choice as file-name parts (a snapshot's name): the window, then each value
         chosen, then "incomparable" when those series are let in."""
-        chosen = [self.window, *self.substrates, *self.tiers, *self.fidelities]
+        chosen = [self.window, *self.substrates, *self.tiers, *self.fidelities, *self.vantages]
         return chosen + (["incomparable"] if self.include_incomparable else [])
 
 
@@ -89,6 +91,15 @@ def sidebar(db: str) -> Filters:
             "modelled: injected latencies. Series are labelled by fidelity and mode and "
             "never merged.",
         )
+        vantages = st.multiselect(
+            "Vantages",
+            present.get("vantage", []),
+            placeholder="all vantages",
+            **urlstate.bound("f_vantages"),
+            help="Where the probe ran: local (this host) or a Ray node's vantage label "
+            "(docs/ray.md). The same substrate seen from two vantages is two series, "
+            "never merged.",
+        )
         incomparable = st.toggle(
             "Include series not comparable to the floor",
             value=False,
@@ -97,7 +108,9 @@ def sidebar(db: str) -> Filters:
             "floor (another pytest, another Python): its numbers are not the substrate's tax "
             "alone. Spreads and projections leave such series out unless this is on.",
         )
-    chosen = Filters(window, tuple(substrates), tuple(tiers), tuple(fidelities), incomparable)
+    chosen = Filters(
+        window, tuple(substrates), tuple(tiers), tuple(fidelities), tuple(vantages), incomparable
+    )
     st.session_state[_STATE] = chosen
     return chosen
 

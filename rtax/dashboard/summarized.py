@@ -114,7 +114,7 @@ def phase_percentiles(rows: pd.DataFrame) -> pd.DataFrame:
 
 def milestones(rows: pd.DataFrame) -> pd.DataFrame:
     """`Store.milestone_means` (with its series and workload labels) from summary rows."""
-    by = ["substrate", "mode", "fidelity", "launch_type", "tier", "steps"]
+    by = ["substrate", "mode", "fidelity", "launch_type", "vantage", "tier", "steps"]
     columns = [*by, "milestone", "mean_t_s", "n", "series", "workload"]
     picked = rows[rows["metric"].str.startswith(summaries.MILESTONE)] if not rows.empty else rows
     merged = summaries.combine(picked, [*by, "metric"])
@@ -129,6 +129,7 @@ def milestones(rows: pd.DataFrame) -> pd.DataFrame:
             merged["mode"],
             merged["fidelity"],
             merged["launch_type"],
+            merged["vantage"],
             strict=True,
         )
     ]
@@ -220,3 +221,35 @@ def estimates(
             points[int(row["steps"])] = _statistic(row, which)
             counts[int(row["steps"])] = int(row["n"])
     return projection.estimates_from(per_series, steps, which)
+
+
+#: The columns of `vantages`: one row per series and vantage, beside the nearest vantage's.
+VANTAGE_COLUMNS = (
+    *("substrate", "mode", "fidelity", "workload", "vantage", "runs", "success_rate"),
+    *("ttfc_n", "ttfc_p50_s", "ttfc_p95_s", "ttfc_vs_nearest", "episode_p50_s"),
+)
+
+
+def vantages(rows: pd.DataFrame) -> pd.DataFrame:
+    """The same substrate seen from each vantage (docs/ray.md#vantages): per substrate, mode,
+    fidelity, workload and vantage, runs, success rate, time to first command (n, p50, p95)
+    and episode p50, and how many times the nearest vantage's time-to-first-command p50 each
+    vantage's is (1.0: the nearest). Only series seen from two vantages or more."""
+    by = ["substrate", "mode", "fidelity", "tier", "steps", "vantage"]
+    ttfc = summaries.latency(rows, "time_to_first_command_s", by) if not rows.empty else None
+    if ttfc is None or ttfc.empty:
+        return pd.DataFrame(columns=list(VANTAGE_COLUMNS))
+    episode = summaries.latency(rows, "episode_s", by)[[*by, "p50"]]
+    out = ttfc.merge(episode.rename(columns={"p50": "episode_p50_s"}), on=by, how="left")
+    out = out.rename(columns={"n": "ttfc_n", "p50": "ttfc_p50_s", "p95": "ttfc_p95_s"})
+    series = ["substrate", "mode", "fidelity", "tier", "steps"]
+    out = out[out.groupby(series)["vantage"].transform("nunique") > 1]
+    if out.empty:
+        return pd.DataFrame(columns=list(VANTAGE_COLUMNS))
+    nearest = out.groupby(series)["ttfc_p50_s"].transform("min")
+    out["ttfc_vs_nearest"] = out["ttfc_p50_s"] / nearest.where(nearest > 0)
+    out["workload"] = [
+        stats.workload_label(t, s) for t, s in zip(out["tier"], out["steps"], strict=True)
+    ]
+    out = out.sort_values([*series, "ttfc_p50_s"], na_position="last")
+    return out[list(VANTAGE_COLUMNS)].reset_index(drop=True)
