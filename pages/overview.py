@@ -19,8 +19,8 @@ def status_board() -> None:
     st.subheader("Status")
     board.draw(cards)
     st.caption(
-        "A card per series probed in the last 7 days (the sidebar's substrates, tiers, vantages and "
-        "fidelity; not its window: the board is about now). Its state is judged on the newest "
+        "A card per series probed in the last 7 days (the sidebar's substrates, tiers, vantages "
+        "and fidelity; not its window: the board is about now). Its state is judged on the newest "
         "rollouts and open incidents by the [status] rules (docs/alerts.md#status); its "
         "figures are the last 24 hours', percentiles over successful rollouts with their n; "
         "the sparkline draws the newest rollouts' time to first command (log scale), "

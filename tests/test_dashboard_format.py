@@ -299,7 +299,9 @@ def test_a_snapshot_is_named_by_its_table_and_filters() -> None:
     assert format.file_name("overview", chosen.parts()) == (
         "rtax-overview-last-24-hours-docker-T2.csv"
     )
-    opted = filters.Filters("all time", ("kubernetes [emulated]",), (), ("emulated",), include_incomparable=True)
+    opted = filters.Filters(
+        "all time", ("kubernetes [emulated]",), (), ("emulated",), include_incomparable=True
+    )
     assert format.file_name("cold-start-T0", opted.parts()) == (
         "rtax-cold-start-T0-all-time-kubernetes-emulated-emulated-incomparable.csv"
     )
