@@ -9,9 +9,9 @@ and says so per point (``source``). The hour at the retention edge shows its raw
 
 Percentiles follow the one definition (linear interpolation; `rtax.sketch` on summaries, exact
 up to `sketch.EXACT_LIMIT` samples a point); latency counts successful rollouts only, and
-success counts every rollout but rtax's own ``harness_error`` (docs/measurement.md#failures).
-A series is that of the incidents and the status board: substrate × tier × steps × mode ×
-fidelity. This module is pure.
+success counts every rollout but rtax's own failures (``harness_error``, ``engine_error``;
+docs/measurement.md#failures). A series is that of the incidents and the status board
+(`rtax.store_incidents.SERIES_COLUMNS`). This module is pure.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def from_runs(runs: pd.DataFrame, column: str, bucket_s: int) -> pd.DataFrame:
     frame["value"] = pd.to_numeric(frame[column], errors="coerce")
     out = []
     for (key, label, start), group in frame.groupby(["key", "series", "bucket_start"], sort=True):
-        harness = group["error_class"].eq(stats.HARNESS_ERROR)
+        harness = group["error_class"].isin(stats.OWN_ERRORS)
         counted = group[~harness]
         ok = counted["status"].eq("ok")
         errors = Counter(counted.loc[~ok, "error_class"].fillna("unknown"))
@@ -141,7 +141,7 @@ def from_summaries(rows: pd.DataFrame, column: str, bucket: str) -> pd.DataFrame
         merged = labelled
         errors = [Counter(json.loads(e or "{}")) for e in merged["errors"]]
         sketches = [sketch.Sketch.from_json(t) for t in merged["sketch"]]
-        harness = pd.Series([e.get(stats.HARNESS_ERROR, 0) for e in errors])
+        harness = pd.Series([sum(e.get(c, 0) for c in stats.OWN_ERRORS) for e in errors])
         attempts = merged["runs"].astype(int).reset_index(drop=True) - harness
         ok = merged["runs"].astype(int).reset_index(drop=True) - [sum(e.values()) for e in errors]
     bucket_s = BUCKETS["1 h" if bucket == "hour" else "1 d"]
@@ -159,7 +159,7 @@ def from_summaries(rows: pd.DataFrame, column: str, bucket: str) -> pd.DataFrame
         list(harness),
         strict=True,
     ):
-        counted = Counter({k: v for k, v in err.items() if k != stats.HARNESS_ERROR})
+        counted = Counter({k: v for k, v in err.items() if k not in stats.OWN_ERRORS})
         point = _point(key, label, start, bucket_s, int(a), int(o), counted, int(h))
         point["n"] = n
         point["p50"] = sk.quantile(50) if n else math.nan

@@ -126,3 +126,16 @@ def test_default_bucket_keeps_points_readable() -> None:
     assert timeline.default_bucket(3600) == "5 min"
     assert timeline.default_bucket(7 * 86_400) == "1 h"
     assert timeline.default_bucket(90 * 86_400) == "1 d"
+
+
+def test_engine_errors_are_rtax_own_and_never_lower_success(store: Store) -> None:
+    """A node lost mid-rollout (``engine_error``, docs/ray.md#failures) is rtax's failure, kept
+    apart like a harness error: one ok rollout and one engine error is 100 % success, n = 1."""
+    _save(store, "ok", T0, 0.2)
+    _save(store, "lost", T0 + timedelta(seconds=10), None, error_class="engine_error")
+    raw = timeline.from_runs(_runs(store), "time_to_first_command_s", 300).iloc[0]
+    rows = store.summary_buckets("hour", metrics=["time_to_first_command_s"])
+    summed = timeline.from_summaries(rows, "time_to_first_command_s", "hour").iloc[0]
+    for point in (raw, summed):
+        assert (point["runs"], point["harness_errors"], point["success_rate"]) == (1, 1, 1.0)
+        assert point["errors"] == ""
