@@ -80,7 +80,7 @@ class DashboardReaders:
 
         # outside `streamlit run` every cached call warns that there is no runtime
         logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
-        key: data.FilterKey = (None, (), (), ())
+        key: data.FilterKey = (None, (), (), (), ())
         readers = (data.runs, data.counts, data.options, data.spend_today)
         while not self.stop.wait(0.25):  # a reader's refresh pace, not a synchronisation
             try:
