@@ -7,7 +7,7 @@ components); that cost is measured on a one-line page and printed, and the targe
 checked against the raw time, harness included. The large database is synthetic
 (`benchmarks/synthetic.py`: 100,000 runs, ~2.3 M actions, marked synthetic and `modelled`),
 made in a temporary folder and never in data/. Its copy "folded" has had every run older than
-a day folded into rollups by retention (rtax.retention.fold): the same history, mostly rolled
+a day folded into rollups by retention (rtax.store.retention.fold): the same history, mostly rolled
 up. The three databases are rendered in turn, page by page, so that machine noise hits them
 alike.
 """
@@ -26,8 +26,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from rtax import retention
-from rtax.store import Store
+from rtax.store.database import Store, retention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # sibling scripts, not a package

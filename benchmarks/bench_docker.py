@@ -22,13 +22,14 @@ from pathlib import Path
 
 import docker
 
-from rtax import fixtures, stats
-from rtax.image import RUNNER_IMAGE, ensure_runner
-from rtax.probe import run_rollout
+from rtax.analysis import stats
+from rtax.assets import attrs as fixtures
+from rtax.assets.image import RUNNER_IMAGE, ensure_runner
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.base import clock
-from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.docker.substrate import DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # a sibling script, not a package

@@ -15,12 +15,14 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from rtax import fixtures, stats, toolchain
-from rtax.fixtures import GitServer
-from rtax.probe import run_rollout
-from rtax.substrates.docker import DockerSubstrate
+from rtax.analysis import stats
+from rtax.assets import attrs as fixtures
+from rtax.assets import toolchain
+from rtax.assets.attrs import GitServer
+from rtax.core.workloads import RepoSource, build, mix_counts
+from rtax.rollouts.rollout import run_rollout
+from rtax.substrates.docker.substrate import DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import RepoSource, build, mix_counts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # a sibling script, not a package

@@ -1,7 +1,7 @@
 """`make bench`: what dispatching a rollout through Ray adds, beside the local engine, per rollout.
 
 Why side by side (docs/benchmarks.md): the same T0 rollout on the same `local` substrate is
-handed alternately, in interleaved blocks, to the scheduler's two engines (`rtax.engine`): the
+handed alternately, in interleaved blocks, to the scheduler's two engines (`rtax.rollouts.engines.base`): the
 local one (a thread of this process) and the Ray one (a task on a one-node Ray cluster this
 benchmark starts for itself, small, and stops at the end). For each rollout the dispatch cost is
 the time from `submit` to the finished record in hand, minus the rollout's own wall time (what
@@ -21,12 +21,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from rtax import fixtures, stats
+from rtax.analysis import stats
+from rtax.assets import attrs as fixtures
 from rtax.compose import Composition
-from rtax.config import SubstrateConfig
-from rtax.engine import Engine, LocalEngine, RolloutSpec
-from rtax.engine_settings import DEFAULT_LABEL, EngineSettings
-from rtax.ray_engine import RayEngine
+from rtax.rollouts.engines.base import Engine, LocalEngine, RolloutSpec
+from rtax.rollouts.engines.ray import RayEngine
+from rtax.settings.config import SubstrateConfig
+from rtax.settings.engine import DEFAULT_LABEL, EngineSettings
 from rtax.substrates.base import clock
 
 TARGET_S = 0.005

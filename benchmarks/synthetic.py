@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from rtax import __version__, paths
-from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, action_row, run_row
-from rtax.store import Store
+from rtax import __version__
+from rtax.core import paths
+from rtax.core.record import ACTION_COLUMNS, RUN_COLUMNS, action_row, run_row
+from rtax.store.database import Store
 
 #: series -> (median create, orchestration, ready, per-action seconds, clone seconds)
 PROFILES = {
@@ -103,7 +104,7 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
         for k in range(n):
             actions.append(_command(run_id, seq + k, "action", k, "synthetic", t, float(lat[k])))
             t += float(lat[k])
-        # The one run-row builder (rtax.record): overhead, time to first command and the rest
+        # The one run-row builder (rtax.core.record): overhead, time to first command and the rest
         # are derived exactly as for a measured rollout.
         run = run_row(
             run_id=run_id,

@@ -4,7 +4,7 @@ import math
 
 import streamlit as st
 
-from rtax import makespan, poolmodel, projection, reference, stats
+from rtax.analysis import stats
 from rtax.dashboard import (
     data,
     explore,
@@ -17,6 +17,9 @@ from rtax.dashboard import (
     tables,
     urlstate,
 )
+from rtax.planning import poolmodel, projection
+from rtax.planning import published as reference
+from rtax.planning import steptime as makespan
 from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")

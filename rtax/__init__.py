@@ -4,9 +4,6 @@ The library is the product; the CLI (`rtax.cli`) and the dashboard only call int
 See docs/measurement.md for what every number means.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from rtax.core.version import __version__
 
-try:
-    __version__ = version("rtax")
-except PackageNotFoundError:  # running from a checkout that was never installed
-    __version__ = "0.1.0+checkout"
+__all__ = ["__version__"]

@@ -16,20 +16,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rtax import __version__, fixtures, redaction, stopping, toolchain, workloads
+from rtax.assets import attrs as fixtures
+from rtax.assets import toolchain
+from rtax.assets.attrs import FixtureError
+from rtax.assets.image import ImageError
+from rtax.assets.toolchain import ToolchainError
 from rtax.compose import ComposeError
-from rtax.config import ConfigError
-from rtax.fixtures import FixtureError
-from rtax.image import ImageError
-from rtax.loadplan import MAX_ROLLOUTS, SHAPES, LoadError
-from rtax.probe import HarnessError
-from rtax.spool import MEMORY
-from rtax.stopping import STOP, Terminated, signals
-from rtax.store import StoreError
+from rtax.core import redaction, workloads
+from rtax.core.version import __version__
+from rtax.core.workloads import WorkloadError
+from rtax.rollouts.rollout import HarnessError
+from rtax.service import stopping
+from rtax.service.stopping import STOP, Terminated, signals
+from rtax.settings.config import ConfigError
+from rtax.settings.loads import MAX_ROLLOUTS, SHAPES, LoadError
+from rtax.store.database import StoreError
+from rtax.store.spool import MEMORY
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates import names as builtin_names
-from rtax.toolchain import ToolchainError
-from rtax.workloads import WorkloadError
 
 EXIT_USAGE = 2
 #: Every rollout was measured, but some are not in the database yet (spooled) or were lost.
@@ -81,7 +85,7 @@ def number(
 
 def _duration(text: str) -> float:
     """A duration flag: seconds, or a number with a unit (250ms, 2s, 1m), above 0."""
-    from rtax.config import duration
+    from rtax.settings.config import duration
 
     try:
         value = duration(text)
@@ -231,10 +235,10 @@ def _stderr(message: str) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     import logging
 
-    from rtax import batch
+    from rtax.rollouts import probe as batch
 
     # One line at the end says what was spooled (`_report_spooled`), not a log line per try.
-    logging.getLogger("rtax.spool").addHandler(logging.NullHandler())
+    logging.getLogger("rtax.store.spool").addHandler(logging.NullHandler())
 
     done = batch.probe(
         args.substrate,
@@ -266,9 +270,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_burst(args: argparse.Namespace) -> int:
     import logging
 
-    from rtax import load
+    from rtax.rollouts import burst as load
 
-    logging.getLogger("rtax.spool").addHandler(logging.NullHandler())
+    logging.getLogger("rtax.store.spool").addHandler(logging.NullHandler())
     try:
         plan = load.plan_of(
             args.load,
@@ -368,8 +372,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_incidents(args: argparse.Namespace) -> int:
+    from rtax.analysis.incidents import listing
     from rtax.compose import open_store
-    from rtax.incidents import listing
 
     with open_store(args.db, create=False) as store:
         frame = store.incidents(state=None if args.all else "open", limit=args.limit)
@@ -378,7 +382,7 @@ def cmd_incidents(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from rtax.image import BASE_IMAGE, RUNNER_IMAGE, ensure_runner
+    from rtax.assets.image import BASE_IMAGE, RUNNER_IMAGE, ensure_runner
 
     image_id = ensure_runner(base=args.base or BASE_IMAGE, force=args.force, log=_stderr)
     print(f"{RUNNER_IMAGE} {image_id}")
@@ -386,8 +390,8 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    from rtax import reaper
     from rtax.compose import Composition
+    from rtax.substrates import reaper
 
     def note(message: str) -> None:
         print(f"rtax reap: {message}", file=sys.stderr)
@@ -422,7 +426,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from rtax import config
+    from rtax.settings import config
 
     conf = config.load(args.config)
     plans = ", ".join(
@@ -439,8 +443,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_schedule(args: argparse.Namespace) -> int:
     import logging
 
-    from rtax import config
-    from rtax.scheduler import LockHeld, Prober
+    from rtax.service.scheduler import LockHeld, Prober
+    from rtax.settings import config
 
     conf = config.load(args.config)
     logging.basicConfig(
@@ -471,8 +475,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     """Replace this process by `streamlit run` on the resolved address (docs/dashboard.md)."""
     import os
 
-    from rtax import config
     from rtax.dashboard import serve
+    from rtax.settings import config
 
     conf = config.load(args.config)
     try:
@@ -487,9 +491,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from rtax import config
     from rtax.dashboard import serve
-    from rtax.lock import health
+    from rtax.service.lock import health
+    from rtax.settings import config
 
     url = args.url
     if url is None:

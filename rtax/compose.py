@@ -23,17 +23,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rtax import config as configuration
-from rtax import emulation, fixtures, paths
-from rtax.config import Config, ConfigError, SubstrateConfig, build_substrate
-from rtax.fixtures import Fixture, GitServer
-from rtax.probe import HarnessError, ProbeOptions
-from rtax.record import UNKNOWN_FIDELITY
-from rtax.store import Store
+from rtax import emulation
+from rtax.assets import attrs as fixtures
+from rtax.assets.attrs import Fixture, GitServer
+from rtax.core import paths
+from rtax.core.record import UNKNOWN_FIDELITY
+from rtax.core.workloads import RepoSource
+from rtax.rollouts.rollout import HarnessError, ProbeOptions
+from rtax.settings import config as configuration
+from rtax.settings.config import Config, ConfigError, SubstrateConfig, build_substrate
+from rtax.store.database import Store
 from rtax.substrates import NAMED, UnknownSubstrate, names, substrate_class
 from rtax.substrates.base import Substrate, SubstrateError, require_host_address
 from rtax.substrates.pool import WarmPool
-from rtax.workloads import RepoSource
 
 Log = Callable[[str], None]
 #: Builds a substrate from its configuration entry and overrides (injectable: tests hand in

@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rtax import reaper, workloads
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.record import PHASES, RolloutRecord
-from rtax.store import Store
-from rtax.substrates import kit
+from rtax.core import workloads
+from rtax.core.record import PHASES, RolloutRecord
+from rtax.core.workloads import Action, RepoSource, Workload
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.store.database import Store
+from rtax.substrates import kit, reaper
 from rtax.substrates.base import Substrate
-from rtax.workloads import Action, RepoSource, Workload
 
 
 def assert_phases_add_up(record: RolloutRecord) -> None:

@@ -1,6 +1,6 @@
 """Checks a stored load run against its stored rollouts, each figure computed another way: from
 the run rows' wall-clock timestamps (``started_at``, ``scheduled_at``) and phases, never from
-the runner's own clock or `rtax.loadrun`. Shared by the in-process, docker and emulated tests."""
+the runner's own clock or `rtax.analysis.loadrun`. Shared by the in-process, docker and emulated tests."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from rtax.store import Store
+from rtax.store.database import Store
 
 
 def _t(iso: str) -> float:

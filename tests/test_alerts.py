@@ -1,4 +1,4 @@
-"""Webhook alerts (rtax.alerts) against a real HTTP receiver on 127.0.0.1: one alert per
+"""Webhook alerts (rtax.service.alerts) against a real HTTP receiver on 127.0.0.1: one alert per
 incident event, a receiver that is down (refused, then 500s) gets it later, a restart still
 delivers, the back-off follows the injected clock, the body is Slack-shaped and scrubbed, and a
 hanging receiver never holds up storing rollouts."""
@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from polling import wait_for
-from rtax import alerts, monitor, redaction
-from rtax.rules import Alerts, Detection, Rule
-from rtax.store import Store
+from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.core import redaction
+from rtax.service import alerts
+from rtax.service import detection as monitor
+from rtax.store.database import Store
 from tests.factories import make_record
 from webhook import Receiver
 

@@ -20,7 +20,7 @@ import rtax
 from browser import ROOT, chromium, dashboard
 from factories import make_record
 from rtax.dashboard import explore
-from rtax.store import Store
+from rtax.store.database import Store
 
 #: url path -> (title, minimum number of Plotly charts on a seeded database)
 PAGES = {
@@ -170,8 +170,8 @@ def test_download_csv(browser, server: str, seeded_db: Path, tmp_path: Path) -> 
 
 
 def test_capacity_shows_the_envelope(browser, server: str, seeded_db: Path, artifacts) -> None:
-    """The envelope of the real load runs, as `rtax.envelope` fits them from the file."""
-    from rtax import envelope
+    """The envelope of the real load runs, as `rtax.analysis.envelope` fits them from the file."""
+    from rtax.analysis import envelope
 
     with Store(seeded_db, create=False) as store:
         loads = store.load_runs()

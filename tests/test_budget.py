@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from factories import make_record
-from rtax import budget, config
-from rtax.config import ConfigError, SubstrateConfig
-from rtax.store import Store
+from rtax.service import budget
+from rtax.settings import config
+from rtax.settings.config import ConfigError, SubstrateConfig
+from rtax.store.database import Store
 
 
 def _conf(**kw) -> SubstrateConfig:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from rtax import cli
-from rtax.fixtures import Fixture
+from rtax.assets.attrs import Fixture
 
 
 @pytest.fixture(autouse=True)
@@ -331,7 +331,7 @@ def test_probe_a_substrate_named_in_the_configuration(
         capsys,
     )
     assert code == 0, err
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     with Store(db, create=False) as store:
         runs = store.runs()

@@ -15,7 +15,7 @@ import requests
 from requests.adapters import BaseAdapter
 
 from rtax.substrates.base import Environment
-from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.docker.substrate import DockerSubstrate
 
 DEFAULT_S = 3600.0
 CREATE_S = 120.0

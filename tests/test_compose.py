@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, emulation
+from rtax import emulation
+from rtax.assets.attrs import Fixture
 from rtax.compose import ComposeError, Composition, action_mode
-from rtax.fixtures import Fixture
-from rtax.probe import HarnessError
+from rtax.rollouts.rollout import HarnessError
+from rtax.settings import config
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates.local import LocalSubstrate
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rtax import cli, config
-from rtax.paths import checkout_root
+from rtax import cli
+from rtax.core.paths import checkout_root
+from rtax.settings import config
 from rtax.substrates.pool import PoolSettings
 
 GOOD = """

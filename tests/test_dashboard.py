@@ -1,5 +1,5 @@
 """Every dashboard page under Streamlit's AppTest, on an empty and on a seeded database: no
-exception, and the numbers shown are what `rtax.stats` / `rtax.projection` compute."""
+exception, and the numbers shown are what `rtax.analysis.stats` / `rtax.planning.projection` compute."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
-from rtax import projection, reference, stats
+from rtax.analysis import stats
 from rtax.dashboard import data, format, tables
-from rtax.store import Store
+from rtax.planning import projection
+from rtax.planning import published as reference
+from rtax.store.database import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
@@ -342,7 +344,7 @@ def test_window_filter(seeded: Path) -> None:
 
 
 def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
-    from rtax import retention
+    from rtax.store import retention
 
     db = tmp_path / "folded.db"
     old = NOW - timedelta(days=40)
@@ -376,7 +378,7 @@ def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
 
 def test_overview_shows_todays_spend_beside_budgets(tmp_path: Path, monkeypatch) -> None:
     """The overview's spend table is the store's spend since midnight UTC beside the configured
-    budgets, with the scheduler's own verdict (rtax.budget)."""
+    budgets, with the scheduler's own verdict (rtax.service.budget)."""
     db = tmp_path / "spend.db"
     now = datetime.now(UTC)
     with Store(db) as store:

@@ -1,5 +1,5 @@
 """The Capacity page under Streamlit's AppTest, on load runs with known figures: the envelope it
-shows is `rtax.envelope`'s on the stored rows and the hand-worked one, the launch-order profile
+shows is `rtax.analysis.envelope`'s on the stored rows and the hand-worked one, the launch-order profile
 draws each launch, and a saturated client is called out."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
-from rtax import envelope
-from rtax.loadplan import Bounds
-from rtax.store import Store
+from rtax.analysis import envelope
+from rtax.settings.loads import Bounds
+from rtax.store.database import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NOW = datetime.now(UTC)

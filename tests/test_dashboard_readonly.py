@@ -19,9 +19,8 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
-from rtax import migrations
 from rtax.dashboard import data
-from rtax.store import Store
+from rtax.store.database import Store, migrations
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = (

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config
 from rtax.dashboard import serve
+from rtax.settings import config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax import record
+from rtax.core import record
 from rtax.substrates import REGISTRY, substrate_class
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +165,7 @@ def test_each_substrate_page_lists_its_constructor_parameters(kind: str) -> None
 
 
 def test_the_data_reference_is_what_the_record_prints() -> None:
-    """docs/data.md carries the field tables that `python -m rtax.record` prints."""
+    """docs/data.md carries the field tables that `python -m rtax.core.record` prints."""
     page = (ROOT / "docs" / "data.md").read_text()
     assert record.reference(record.RUN_FIELDS) in page
     assert record.reference(record.ACTION_FIELDS) in page

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, emulation
-from rtax.config import ConfigError
+from rtax import emulation
+from rtax.settings import config
+from rtax.settings.config import ConfigError
 
 
 def test_every_emulated_kind_is_a_substrate_kind() -> None:
@@ -124,7 +125,7 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
     emulated (the failing test fails, then passes after the fix); Ctrl-C removes everything."""
     import signal
 
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     env = {
         **os.environ,
@@ -174,8 +175,8 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
 ) -> None:
     """`emulate = true`: the scheduler starts the emulation itself, probes it (samples
     labelled emulated), and stops it with itself."""
-    from rtax.scheduler import Prober
-    from rtax.store import Store
+    from rtax.service.scheduler import Prober
+    from rtax.store.database import Store
 
     file = tmp_path / "rtax.toml"
     file.write_text(
@@ -209,7 +210,7 @@ def test_an_optional_substrate_whose_emulation_fails_is_skipped(
 ) -> None:
     """A failing probe never takes the monitor down: an optional emulated substrate whose
     emulation can't start is skipped with a warning; a required one stops the start-up."""
-    from rtax.scheduler import Prober
+    from rtax.service.scheduler import Prober
 
     def broken(kinds, log=print):
         raise RuntimeError("no Docker engine")
@@ -237,8 +238,8 @@ def test_emulated_spending_does_not_use_up_a_real_budget(tmp_path: Path) -> None
     from datetime import UTC, datetime
 
     from factories import make_record
-    from rtax.scheduler import Prober
-    from rtax.store import Store
+    from rtax.service.scheduler import Prober
+    from rtax.store.database import Store
 
     file = tmp_path / "rtax.toml"
     file.write_text(

@@ -17,13 +17,14 @@ import pytest
 import ray.exceptions
 
 from polling import wait_for
-from rtax import config, redaction
-from rtax.config import ConfigError, SubstrateConfig
-from rtax.engine import LocalEngine, RolloutSpec, settle
-from rtax.engine_settings import EngineSettings
-from rtax.ray_engine import RayEngine
-from rtax.scheduler import Prober
-from rtax.store import Store
+from rtax.core import redaction
+from rtax.rollouts.engines.base import LocalEngine, RolloutSpec, settle
+from rtax.rollouts.engines.ray import RayEngine
+from rtax.service.scheduler import Prober
+from rtax.settings import config
+from rtax.settings.config import ConfigError, SubstrateConfig
+from rtax.settings.engine import EngineSettings
+from rtax.store.database import Store
 from rtax.substrates.local import LocalSubstrate
 
 LOCAL = SubstrateConfig("local", "local")

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from factories import make_record
-from rtax import config
+from rtax.core.record import RolloutRecord
 from rtax.emulation.faults import Fault
 from rtax.faultsuite import scenario, tally
 from rtax.faultsuite.inject import kind_of
 from rtax.faultsuite.watch import LogFollower, search_files
-from rtax.record import RolloutRecord
-from rtax.scheduler import _announce
+from rtax.service.scheduler import _announce
+from rtax.settings import config
 
 
 def clean() -> tally.Outcome:
@@ -108,7 +108,7 @@ def test_the_scheduler_log_line_is_what_the_suite_counts(caplog) -> None:
             "error_class": "deadline_exceeded",
         }
     )
-    with caplog.at_level(logging.INFO, logger="rtax.scheduler"):
+    with caplog.at_level(logging.INFO, logger="rtax.service.scheduler"):
         _announce(record)
     assert tally.finished_runs(caplog.messages) == {"0123abcd": "docker-gvisor"}
     assert tally.finished_runs(["plan x: docker T0 ok in 0.5 s"]) == {}
@@ -207,7 +207,7 @@ def test_rows_are_read_from_a_real_database_with_never_started_runs(tmp_path: Pa
     """A run that never started stores no count of actions done (NULL): it is 0 done, not a
     crash of the suite's last step; fewer stored actions than done is partial."""
     from rtax.faultsuite.suite import rows_of
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     database = tmp_path / "rtax.db"
     with Store(database) as store:

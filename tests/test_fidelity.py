@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, workloads
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
+from rtax.core import workloads
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.settings import config
+from rtax.store.database import Store
 from rtax.substrates.emulated import EMULATION_HEADER, EmulationWatch
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from rtax import fixtures
-from rtax.fixtures import Fixture, GitServer
+from rtax.assets import attrs as fixtures
+from rtax.assets.attrs import Fixture, GitServer
 
 
 def test_build_twice_is_a_no_op(attrs_fixture: Fixture) -> None:

@@ -1,4 +1,4 @@
-"""Incidents (rtax.incidents, rtax.monitor, rtax.store_incidents) on a real SQLite file: a
+"""Incidents (rtax.analysis.incidents, rtax.service.detection, rtax.store.incidents) on a real SQLite file: a
 slowdown opens one incident that resolves when the series returns; threshold rules, staleness
 and the cool-down; an old database file gains the table."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from rtax import incidents, migrations, monitor
-from rtax.rules import Alerts, Detection, Rule
-from rtax.store import Store
+from rtax.analysis import incidents
+from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.service import detection as monitor
+from rtax.store.database import Store, migrations
 from tests.factories import make_record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -243,8 +244,8 @@ def test_a_failing_pass_is_logged_and_the_next_one_runs(
     never an exception out of the job; the next pass works."""
     import logging
 
-    from rtax.config import parse
-    from rtax.store import StoreError
+    from rtax.settings.config import parse
+    from rtax.store.database import StoreError
 
     config = parse({"database": str(db_path)}, base=db_path.parent)
 

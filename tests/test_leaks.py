@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from polling import wait_for
-from rtax import config, reaper, workloads
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.scheduler import Prober
-from rtax.substrates import kit
+from rtax.core import workloads
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.service.scheduler import Prober
+from rtax.settings import config
+from rtax.substrates import kit, reaper
 from rtax.substrates.base import CreateFailed, Environment, Leftover
 from rtax.substrates.local import LABEL_FILE, LocalSubstrate
 
@@ -245,7 +246,7 @@ def test_a_docker_500_after_the_create_leaves_no_container(runner_image: str) ->
     substrate removes it by name, nothing outlives the failed create."""
     import docker
 
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     sub = DockerSubstrate(name="docker-leaks", image=runner_image)
     real = sub.api.create_container

@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 
 from browser import ROOT, chromium, dashboard
-from rtax import alerts, monitor, workloads
-from rtax.changepoint import Binseg
+from rtax.analysis.changepoint import Binseg
+from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.core import workloads
 from rtax.emulation.daytona import DaytonaEmulation
-from rtax.probe import run_rollout
-from rtax.rules import Alerts, Detection, Rule
-from rtax.store import Store
+from rtax.rollouts.rollout import run_rollout
+from rtax.service import alerts
+from rtax.service import detection as monitor
+from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from webhook import Receiver
 

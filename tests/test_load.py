@@ -1,4 +1,4 @@
-"""Load runs in-process on the local substrate (rtax.load): a burst is really concurrent, a
+"""Load runs in-process on the local substrate (rtax.rollouts.burst): a burst is really concurrent, a
 staggered run leaves on schedule, a sequential one waits for each rollout, a stop cancels and
 cleans up everything, and `rtax burst` stores one load record that matches its rollouts."""
 
@@ -15,11 +15,13 @@ import pytest
 
 from loadcheck import check_load
 from polling import wait_for
-from rtax import cli, load, workloads
-from rtax.loadplan import LoadPlan
-from rtax.probe import ProbeOptions
-from rtax.spool import Spool
-from rtax.store import Store
+from rtax import cli
+from rtax.core import workloads
+from rtax.rollouts import burst as load
+from rtax.rollouts.rollout import ProbeOptions
+from rtax.settings.loads import LoadPlan
+from rtax.store.database import Store
+from rtax.store.spool import Spool
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 

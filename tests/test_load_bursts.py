@@ -18,12 +18,13 @@ import pytest
 
 from loadcheck import check_load
 from polling import wait_for
-from rtax import load, workloads
+from rtax.core import workloads
 from rtax.emulation.daytona import DaytonaEmulation
-from rtax.loadplan import LoadPlan
-from rtax.probe import ProbeOptions
-from rtax.spool import Spool
-from rtax.store import Store
+from rtax.rollouts import burst as load
+from rtax.rollouts.rollout import ProbeOptions
+from rtax.settings.loads import LoadPlan
+from rtax.store.database import Store
+from rtax.store.spool import Spool
 from rtax.substrates import get_substrate, kit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,9 +99,9 @@ def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, burst
 
 def test_the_capacity_page_shows_both_bursts_envelopes(bursts_db: Path) -> None:
     """The Capacity page in real Chromium, from the two real bursts above: an envelope per
-    series, each the one `rtax.envelope` fits from the file."""
+    series, each the one `rtax.analysis.envelope` fits from the file."""
     from browser import chromium, dashboard
-    from rtax import envelope
+    from rtax.analysis import envelope
     from rtax.dashboard import capacity
 
     if not bursts_db.exists():

@@ -1,4 +1,4 @@
-"""Load plans and capacity bounds (rtax.loadplan): the configuration's ``[[loads]]`` and
+"""Load plans and capacity bounds (rtax.settings.loads): the configuration's ``[[loads]]`` and
 ``[capacity]`` tables, each mistake one line naming its key; the shapes' launch offsets; the
 plan `rtax burst` builds from a name and its flags."""
 
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax import cli, config, load
-from rtax.loadplan import Bounds, LoadError, LoadPlan
-from rtax.paths import checkout_root
+from rtax import cli
+from rtax.core.paths import checkout_root
+from rtax.rollouts import burst as load
+from rtax.settings import config
+from rtax.settings.loads import Bounds, LoadError, LoadPlan
 
 BASE = """
 [[substrates]]

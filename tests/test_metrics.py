@@ -15,11 +15,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from factories import make_record
-from rtax import config
-from rtax.metrics import BUCKETS, NAMES, Metrics, serve
-from rtax.paths import checkout_root
-from rtax.scheduler import Prober
-from rtax.store import Store
+from rtax.core.paths import checkout_root
+from rtax.service.prometheus import BUCKETS, NAMES, Metrics, serve
+from rtax.service.scheduler import Prober
+from rtax.settings import config
+from rtax.store.database import Store
 
 LOCAL = {
     "substrate": "local",

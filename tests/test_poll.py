@@ -134,9 +134,9 @@ def test_real_clock_smoke() -> None:
 def test_the_runner_records_reported_and_ready_resolutions() -> None:
     """A fake substrate on a fake clock: two refused ready attempts, then success; the
     substrate reports orchestration and cleanup resolutions and one polled action."""
-    from rtax.probe import ProbeOptions, run_rollout
+    from rtax.core.workloads import Action, Workload
+    from rtax.rollouts.rollout import ProbeOptions, run_rollout
     from rtax.substrates.base import CommandResult, Environment, ExecError
-    from rtax.workloads import Action, Workload
 
     clock = FakeClock(0.0)
 

@@ -21,10 +21,11 @@ import pytest
 
 from contract import SubstrateContract
 from polling import wait_for
-from rtax import reaper, workloads
-from rtax.probe import run_rollout
-from rtax.store import Store
-from rtax.substrates import kit
+from rtax.core import workloads
+from rtax.core.workloads import RepoSource
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.substrates import kit, reaper
 from rtax.substrates.base import (
     Claims,
     ClaimTimeout,
@@ -37,7 +38,6 @@ from rtax.substrates.base import (
 )
 from rtax.substrates.local import LocalSubstrate
 from rtax.substrates.pool import PoolSettings, WarmPool
-from rtax.workloads import RepoSource
 
 LIFETIME = 600.0
 
@@ -325,7 +325,7 @@ DOCKER_NAME = "docker-pool-test"
 
 
 def _docker_pool(size: int, concurrency: int, mode: str = "exec") -> WarmPool:
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     inner = DockerSubstrate(name=DOCKER_NAME, mode=mode)
     return WarmPool(inner, PoolSettings(size, concurrency), rollout_lifetime_s=3600 + 120)

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from rtax.probe import ProbeOptions, run_rollout
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
 from rtax.substrates import kit
 from rtax.substrates.base import (
     CleanupFailed,
@@ -26,7 +27,6 @@ from rtax.substrates.base import (
     Leftover,
     ReadyTimeout,
 )
-from rtax.workloads import Action, Workload
 
 
 class FakeClock:

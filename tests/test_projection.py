@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtax import projection, reference
-from rtax.projection import Crossover
+from rtax.planning import projection
+from rtax.planning import published as reference
+from rtax.planning.projection import Crossover
 
 
 @pytest.mark.parametrize("scenario", reference.SCENARIOS, ids=lambda s: s.name)

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 from factories import make_record
-from rtax import config
-from rtax.metrics import BUCKETS
-from rtax.scheduler import Prober
-from rtax.store import Store
+from rtax.service.prometheus import BUCKETS
+from rtax.service.scheduler import Prober
+from rtax.settings import config
+from rtax.store.database import Store
 from rtax.substrates.base import CreateFailed, Environment
 from rtax.substrates.local import LocalSubstrate
 

@@ -25,11 +25,12 @@ import pytest
 
 from polling import wait_for
 from raycluster import Cluster
-from rtax import config, stats
-from rtax.engine import RolloutSpec
-from rtax.ray_engine import secrets_in
-from rtax.scheduler import Prober
-from rtax.store import Store
+from rtax.analysis import stats
+from rtax.rollouts.engines.base import RolloutSpec
+from rtax.rollouts.engines.ray import secrets_in
+from rtax.service.scheduler import Prober
+from rtax.settings import config
+from rtax.store.database import Store
 from rtax.substrates import kit
 from rtax.substrates.local import LABEL_FILE
 

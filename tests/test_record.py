@@ -1,4 +1,4 @@
-"""rtax.record is the one owner of the run and action fields (docs/data.md).
+"""rtax.core.record is the one owner of the run and action fields (docs/data.md).
 
 The property: every field it declares is a column of a freshly migrated store, in the same
 order and type, and nothing else is; each migration adds exactly the fields that say they came
@@ -16,10 +16,8 @@ import pytest
 import sqlite_utils
 
 from factories import make_record
-from rtax import record
-from rtax.migrations import MIGRATIONS, SCHEMA_VERSION
-from rtax.probe import run_rollout
-from rtax.record import (
+from rtax.core import record
+from rtax.core.record import (
     ACTION_COLUMNS,
     ACTION_FIELDS,
     RUN_COLUMNS,
@@ -27,9 +25,11 @@ from rtax.record import (
     failed_record,
     run_row,
 )
-from rtax.store import Store
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from rtax.substrates.base import CommandResult, Environment, ExecError
-from rtax.workloads import Action, Workload
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> list[tuple[str, type]]:

@@ -1,4 +1,4 @@
-"""Scrubbing (`rtax.redaction`): exceptions and their chains, log records of any logger, rows
+"""Scrubbing (`rtax.core.redaction`): exceptions and their chains, log records of any logger, rows
 and CSV exports. The end-to-end search over every substrate is tests/test_secrets.py."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from factories import make_action, make_record, make_run
-from rtax import redaction
-from rtax.record import RolloutRecord
-from rtax.store import Store
+from rtax.core import redaction
+from rtax.core.record import RolloutRecord
+from rtax.store.database import Store
 from rtax.substrates.base import CreateFailed, SubstrateError, redacting
 
 

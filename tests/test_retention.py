@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 from factories import make_action, make_run
-from rtax import retention
-from rtax.record import RolloutRecord
-from rtax.sketch import EXACT_LIMIT
-from rtax.store import Store, StoreError
+from rtax.analysis.sketch import EXACT_LIMIT
+from rtax.core.record import RolloutRecord
+from rtax.store.database import Store, StoreError, retention
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from polling import wait_for
-from rtax import config
-from rtax.config import SubstrateConfig, build_substrate
-from rtax.scheduler import LockHeld, Prober, SchedulerLock
-from rtax.store import Store
+from rtax.service.scheduler import LockHeld, Prober, SchedulerLock
+from rtax.settings import config
+from rtax.settings.config import SubstrateConfig, build_substrate
+from rtax.store.database import Store
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 
@@ -205,7 +205,7 @@ interval = "1h"
     env = {**os.environ, "RTAX_LOCAL_ROOT": str(tmp_path / "envs")}
     cmd = [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     docker = DockerSubstrate()
     try:
@@ -397,7 +397,7 @@ class _Unreachable(LocalSubstrate):
 def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
     tmp_path: Path, attrs_fixture
 ) -> None:
-    from rtax import stats
+    from rtax.analysis import stats
 
     plans = PLAN_T0.replace('interval = "1s"', 'interval = "1h"') + (
         '[[plans]]\nname = "clone"\nsubstrates = ["local"]\ntier = "T2"\ninterval = "1h"\n'
@@ -439,7 +439,7 @@ def test_a_record_the_database_cannot_take_is_spooled_then_written(tmp_path: Pat
 
 
 def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None:
-    from rtax.scheduler import configured_fidelity
+    from rtax.service.scheduler import configured_fidelity
 
     def entry(kind: str, **fields) -> SubstrateConfig:
         return SubstrateConfig(name=kind, kind=kind, params=fields.pop("params", {}), **fields)
@@ -454,7 +454,7 @@ def test_start_replays_what_a_probe_spooled_in_either_place(
     tmp_path: Path, prober_of, monkeypatch
 ) -> None:
     from factories import make_record
-    from rtax.spool import Spool
+    from rtax.store.spool import Spool
 
     monkeypatch.setenv("RTAX_SPOOL_DIR", str(tmp_path / "state"))
     conf = _config(tmp_path, "")

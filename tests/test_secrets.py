@@ -35,10 +35,10 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from rtax import workloads
-from rtax.config import SubstrateConfig, build_substrate
-from rtax.probe import run_rollout
-from rtax.store import Store
+from rtax.core import workloads
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings.config import SubstrateConfig, build_substrate
+from rtax.store.database import Store
 from rtax.substrates import kit
 from rtax.substrates.base import SubstrateError
 

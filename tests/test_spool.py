@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from factories import make_record
-from rtax import batch, cli
-from rtax.spool import MEMORY, Spool
-from rtax.store import Store
+from rtax import cli
+from rtax.rollouts import probe as batch
+from rtax.store.database import Store
+from rtax.store.spool import MEMORY, Spool
 
 
 @pytest.fixture(autouse=True)

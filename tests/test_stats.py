@@ -1,4 +1,4 @@
-"""rtax.stats on hand-made numbers: every expected figure below was worked out by hand.
+"""rtax.analysis.stats on hand-made numbers: every expected figure below was worked out by hand.
 
 Percentiles are numpy's linear interpolation (type 7): rank = q/100 * (n - 1), interpolate
 between the two closest order statistics.
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtax import stats
-from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
-from rtax.stats import TrajectoryFit
+from rtax.analysis import stats
+from rtax.analysis.stats import TrajectoryFit
+from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS
 
 #: The phases of a cold run (a warm one has claim_s instead of create … ready).
 COLD = tuple(c for c in PHASE_COLUMNS if c != "claim_s")

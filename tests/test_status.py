@@ -1,4 +1,4 @@
-"""The status board's rules (rtax.status) and the ``[status]`` table: each state from runs
+"""The status board's rules (rtax.analysis.status) and the ``[status]`` table: each state from runs
 whose verdict is worked out by hand, the stale limit from the plans, the card's 24-hour
 figures from the store against values computed by hand, and every config mistake named."""
 
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax import config, status
-from rtax.incidents import series_key
-from rtax.status import StatusRules, judge
-from rtax.store import Store
+from rtax.analysis import status
+from rtax.analysis.incidents import series_key
+from rtax.analysis.status import StatusRules, judge
+from rtax.settings import config
+from rtax.store.database import Store
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 BASE = "[[substrates]]\nname = 'local'\nkind = 'local'\n"

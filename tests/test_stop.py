@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rtax import batch, cli, stopping
-from rtax.store import Store
+from rtax import cli
+from rtax.rollouts import probe as batch
+from rtax.service import stopping
+from rtax.store.database import Store
 
 
 def test_a_stop_flag_ends_the_batch_and_stores_nothing_half_done(tmp_path: Path) -> None:

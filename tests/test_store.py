@@ -1,4 +1,4 @@
-"""rtax.store.Store on fresh temporary databases: schema, writes, reads, filters, migrations and
+"""rtax.store.database.Store on fresh temporary databases: schema, writes, reads, filters, migrations and
 the errors that must come out as StoreError (one readable line), never as a raw sqlite3 error."""
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import pytest
 import sqlite_utils
 
 from factories import make_action, make_record, make_run
-from rtax import migrations
-from rtax import store as store_module
-from rtax.migrations import SCHEMA_VERSION
-from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
-from rtax.store import Store, StoreError
+from rtax.core.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
+from rtax.store.database import Store, StoreError, migrations
+from rtax.store import database as store_module
+from rtax.store.migrations import SCHEMA_VERSION
 
 # -- helpers ---------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The store's load runs (rtax.store_loads) and schema version 9: a load run written as it
+"""The store's load runs (rtax.store.loads) and schema version 9: a load run written as it
 starts and finished as it ends, its rollouts linked by ``load_id``, and a version-8 file
 upgraded with its runs kept."""
 
@@ -11,8 +11,7 @@ import pytest
 import sqlite_utils
 
 from factories import make_record, make_run
-from rtax import migrations
-from rtax.store import Store
+from rtax.store.database import Store, migrations
 
 
 def _identity(load_id: str, **overrides) -> dict:

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import workloads
-from rtax.config import SubstrateConfig, build_substrate
+from rtax.core import workloads
+from rtax.core.workloads import RepoSource
 from rtax.emulation.daytona import DaytonaEmulation, parse_command
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.settings.config import SubstrateConfig, build_substrate
+from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from rtax.substrates.base import (
     LABEL,
@@ -33,7 +34,6 @@ from rtax.substrates.base import (
     require_host_address,
 )
 from rtax.substrates.daytona import DaytonaSubstrate
-from rtax.workloads import RepoSource
 
 
 @pytest.fixture(scope="module")

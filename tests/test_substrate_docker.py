@@ -15,14 +15,14 @@ import docker.errors
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import reaper, workloads
-from rtax.probe import run_rollout
-from rtax.store import Store
-from rtax.substrates import kit
+from rtax.core import workloads
+from rtax.core.workloads import Action, RepoSource, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.substrates import kit, reaper
 from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment, ExecError
-from rtax.substrates.docker import DockerSubstrate
-from rtax.substrates.docker_session import MAX_OUTPUT
-from rtax.workloads import Action, RepoSource, Workload
+from rtax.substrates.docker.session import MAX_OUTPUT
+from rtax.substrates.docker.substrate import DockerSubstrate
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def _fake_runsc(argv: list[str]) -> str | None:
 
 
 def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
-    from rtax.substrates.docker_engine import runtime_provenance
+    from rtax.substrates.docker.daemon import runtime_provenance
 
     assert runtime_provenance(_INFO, "runsc", _fake_runsc) == {
         "name": "runsc",
@@ -171,7 +171,7 @@ def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
 
 
 def test_runtime_provenance_of_runc_and_unknown_runtimes() -> None:
-    from rtax.substrates.docker_engine import runtime_provenance
+    from rtax.substrates.docker.daemon import runtime_provenance
 
     def never(argv: list[str]) -> str | None:
         raise AssertionError(f"runc is not asked anything: {argv}")
@@ -291,7 +291,7 @@ def test_session_stream_keeps_head_and_tail_whatever_the_frame_sizes(last: int) 
     engine's frames are as big as the shell's writes)."""
     import re
 
-    from rtax.substrates.docker_session import _Stream
+    from rtax.substrates.docker.session import _Stream
 
     stream = _Stream(re.compile(rb"\nEND\n"), 1000)
     data = bytes(i % 251 for i in range(200_000 + last))

@@ -19,11 +19,13 @@ import boto3
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import config, workloads
+from rtax.core import workloads
+from rtax.core.record import PHASES
+from rtax.core.workloads import Action, RepoSource, Workload
 from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.record import PHASES
-from rtax.store import Store
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.settings import config
+from rtax.store.database import Store
 from rtax.substrates.base import (
     LABEL,
     CleanupFailed,
@@ -35,7 +37,6 @@ from rtax.substrates.base import (
     require_host_address,
 )
 from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate
-from rtax.workloads import Action, RepoSource, Workload
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,11 @@ import pytest
 import websocket
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import workloads
+from rtax.core import workloads
+from rtax.core.workloads import RepoSource
 from rtax.emulation.kubernetes import KubernetesEmulation
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.store.database import Store
 from rtax.substrates.base import (
     CreateFailed,
     ExecError,
@@ -25,7 +26,6 @@ from rtax.substrates.base import (
     require_host_address,
 )
 from rtax.substrates.kubernetes import KubernetesSubstrate
-from rtax.workloads import RepoSource
 
 
 @pytest.fixture(scope="module")
@@ -508,7 +508,7 @@ def test_token_is_sent_and_never_recorded(
 ) -> None:
     """Through the configuration path: ``token_env`` names the variable, the scheduler's
     factory reads it."""
-    from rtax.config import SubstrateConfig, build_substrate
+    from rtax.settings.config import SubstrateConfig, build_substrate
 
     secret = "s3cr3t-token-never-stored"
     with KubernetesEmulation(image=runner_image, token=secret) as emu:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from contract import SubstrateContract, assert_phases_add_up
-from rtax import workloads
-from rtax.fixtures import Fixture
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
+from rtax.assets.attrs import Fixture
+from rtax.core import workloads
+from rtax.core.workloads import Action, RepoSource, Workload
+from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from rtax.substrates.base import CommandResult, Environment, Substrate
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, RepoSource, Workload
 
 
 class TestLocalContract(SubstrateContract):

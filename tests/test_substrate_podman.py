@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from contract import SubstrateContract
-from rtax.fixtures import Fixture, GitServer
+from rtax.assets.attrs import Fixture, GitServer
+from rtax.core.workloads import RepoSource
 from rtax.substrates import get_substrate
 from rtax.substrates.base import LABEL, EnvironmentLost
 from rtax.substrates.podman import PodmanSubstrate
-from rtax.workloads import RepoSource
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_cli_probe_t2_then_nothing_left(
 ) -> None:
     import sys
 
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     db = tmp_path / "pod.db"
     done = subprocess.run(

@@ -1,4 +1,4 @@
-"""Per-series summaries (rtax.summaries) agree with the raw path (rtax.stats through
+"""Per-series summaries (rtax.analysis.summaries) agree with the raw path (rtax.analysis.stats through
 rtax.dashboard.tables) on a fixed database: after saves, after a fold, after a rebuild, and on an
 upgraded old file; and merging hourly rows equals summarizing the whole."""
 
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factories import make_record
-from rtax import migrations, retention, sketch, stats, summaries
+from rtax.analysis import sketch, stats, summaries
 from rtax.dashboard import summarized, tables
-from rtax.store import Store
+from rtax.store.database import Store, migrations, retention
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 #: (substrate, kind, mode, fidelity, tier, steps, runs, median episode s)
@@ -168,7 +168,9 @@ def test_summaries_after_saves_agree_with_the_raw_path(db: Path) -> None:
     assert shown["n"].tolist() == milestones["n"].tolist()
     assert shown["mean_t_s"].tolist() == pytest.approx(milestones["mean_t_s"].tolist())
     found, lacking = summarized.estimates(rows, 150)
-    want, want_lacking = __import__("rtax.projection").projection.estimates(runs, 150, by="series")
+    want, want_lacking = __import__("rtax.planning.projection").planning.projection.estimates(
+        runs, 150, by="series"
+    )
     assert set(lacking) == set(want_lacking)
     assert {k: v.seconds for k, v in found.items()} == pytest.approx(
         {k: v.seconds for k, v in want.items()}
@@ -317,7 +319,7 @@ def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
     import streamlit as streamlit
     from streamlit.testing.v1 import AppTest
 
-    import rtax.store
+    import rtax.store.database
 
     statements: list[str] = []
     connect = sqlite3.connect
@@ -327,7 +329,7 @@ def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
         conn.set_trace_callback(statements.append)
         return conn
 
-    monkeypatch.setattr(rtax.store.sqlite3, "connect", traced)
+    monkeypatch.setattr(rtax.store.database.sqlite3, "connect", traced)
     monkeypatch.setenv("RTAX_DB", str(db))
     app = str(Path(__file__).resolve().parent.parent / "app.py")
     pages = ("overview", "cold_start", "decomposition", "amortization", "projection", "capacity")

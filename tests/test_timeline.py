@@ -1,4 +1,4 @@
-"""The Timeline's points (rtax.timeline) and their reader: percentiles per bucket worked out by
+"""The Timeline's points (rtax.analysis.timeline) and their reader: percentiles per bucket worked out by
 hand, the summaries' hourly points equal to the raw path on the same samples, folded and raw
 history as one history (every rollout counted once), failures per bucket, incidents as spans."""
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax import retention, status, timeline
+from rtax.analysis import status, timeline
 from rtax.dashboard import data
-from rtax.store import Store
+from rtax.store.database import Store, retention
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 

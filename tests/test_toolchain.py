@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax import toolchain
-from rtax.probe import run_rollout
-from rtax.store import Store
+from rtax.assets import toolchain
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, Workload
 
 PIN_TEXT = """# python 3.11
 pytest==9.2.0 \\

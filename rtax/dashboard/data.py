@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax import paths, stats, status, summaries, timeline
-from rtax.incidents import series_key, stamp
-from rtax.record import PAGE_COLUMNS, RUN_COLUMNS
-from rtax.store import Store, StoreError
+from rtax.analysis import stats, status, summaries, timeline
+from rtax.analysis.incidents import series_key, stamp
+from rtax.core import paths
+from rtax.core.record import PAGE_COLUMNS, RUN_COLUMNS
+from rtax.store.database import Store, StoreError
 
 TTL_S = 10
 
@@ -30,7 +31,7 @@ FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...],
 
 def _configured_substrates() -> dict[str, Any]:
     """The configuration's substrates (with their budgets), or {} without a valid one."""
-    from rtax import config
+    from rtax.settings import config
 
     try:
         return dict(config.load().substrates)
@@ -47,8 +48,8 @@ def configured_substrates() -> dict[str, Any]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def spend_today(db: str) -> pd.DataFrame:
     """Today's (UTC) rollouts and environment-minutes per substrate beside the configured
-    budgets: the same arithmetic the scheduler applies before each rollout (rtax.budget)."""
-    from rtax import budget
+    budgets: the same arithmetic the scheduler applies before each rollout (rtax.service.budget)."""
+    from rtax.service import budget
 
     store = _open(db)
     if store is None:
@@ -64,7 +65,7 @@ def database() -> str:
     scheduler writes), else the embedded default."""
     if os.environ.get("RTAX_DB"):
         return os.environ["RTAX_DB"]
-    from rtax import config
+    from rtax.settings import config
 
     try:
         return str(config.load().database)
@@ -135,7 +136,7 @@ def _empty_summary() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def summary(db: str, key: FilterKey, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """The summary rows (rtax.summaries) of the window and filters, raw and folded history
+    """The summary rows (rtax.analysis.summaries) of the window and filters, raw and folded history
     alike, labelled with the pages' `series`, `workload` and `comparable` columns. `metrics`:
     only those (all if None). What every page's tables are computed from."""
     store = _open(db)
@@ -219,7 +220,7 @@ def frame_csv(frame: pd.DataFrame) -> bytes:
 
 def _configuration() -> Any:
     """The configuration (plans and status rules), or None without a valid one."""
-    from rtax import config
+    from rtax.settings import config
 
     try:
         return config.load()
@@ -311,7 +312,7 @@ def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
 def timeline_points(
     db: str, key: FilterKey, column: str, bucket: str, series: tuple[str, ...] | None = None
 ) -> pd.DataFrame:
-    """The timeline's points (`rtax.timeline.COLUMNS`) of one metric and bucket for the
+    """The timeline's points (`rtax.analysis.timeline.COLUMNS`) of one metric and bucket for the
     `series` keys (None: all): from the summaries for hours and days; for five minutes from
     the raw runs of the last `timeline.RAW_SPAN_S`, continued before them by the hourly
     summaries."""
@@ -353,7 +354,7 @@ def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
     """The load runs started in the window, for the filters (docs/load.md), oldest first."""
-    from rtax.migrations import LOAD_RUN_COLUMNS
+    from rtax.store.migrations import LOAD_RUN_COLUMNS
 
     store = _open(db)
     if store is None:
@@ -365,7 +366,7 @@ def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
     """The rollouts of those load runs (the page's columns), in launch order."""
-    from rtax.store_loads import LOAD_ROLLOUT_COLUMNS
+    from rtax.store.loads import LOAD_ROLLOUT_COLUMNS
 
     store = _open(db) if load_ids else None
     if store is None:
@@ -376,8 +377,8 @@ def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
 
 def capacity_bounds() -> Any:
     """The configuration's `[capacity]` bounds, else the defaults (docs/load.md#the-envelope)."""
-    from rtax import config
-    from rtax.loadplan import Bounds
+    from rtax.settings import config
+    from rtax.settings.loads import Bounds
 
     try:
         return config.load().capacity

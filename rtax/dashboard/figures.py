@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from rtax import reference
+from rtax.analysis.stats import percentile, successful
+from rtax.core.record import PHASE_COLUMNS
 from rtax.dashboard.format import hours
-from rtax.record import PHASE_COLUMNS
-from rtax.stats import percentile, successful
+from rtax.planning import published as reference
 
 ECDF_POINTS = 400
 PHASE_COLORS = {

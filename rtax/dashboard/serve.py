@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rtax import paths
+from rtax.core import paths
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8501

@@ -1,4 +1,4 @@
-"""The pages' tables from per-series summaries (rtax.summaries): the same columns and rules as
+"""The pages' tables from per-series summaries (rtax.analysis.summaries): the same columns and rules as
 `rtax.dashboard.tables` computes from raw runs, without reading every run.
 
 Why a twin and not a replacement: `tables` stays the definition (tests compare the two on the
@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from rtax import projection, stats, summaries
+from rtax.analysis import stats, summaries
+from rtax.core.record import PHASE_COLUMNS
 from rtax.dashboard.tables import GROUP, OVERVIEW_COLUMNS, PHASES, _age, disclosed
-from rtax.record import PHASE_COLUMNS
+from rtax.planning import projection
 
 #: The metrics the Overview reads.
 OVERVIEW_METRICS = ("time_to_first_command_s", "episode_s", "wall_s")

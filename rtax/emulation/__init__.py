@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from rtax import paths
+from rtax.core import paths
 from rtax.substrates.emulated import EMULATION_HEADER
 
 #: substrate kind -> "module:Class" of its emulation
@@ -263,7 +263,7 @@ def overlay(emulated: dict[str, Any], configured: dict[str, Any]) -> dict[str, A
 def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
     """Start the emulations of `kinds_` (building the runner image their environments run in,
     if missing); on any failure stop those already started and re-raise."""
-    from rtax.image import ensure_runner
+    from rtax.assets.image import ensure_runner
 
     ensure_runner(log=log)
     started: list[Emulation] = []

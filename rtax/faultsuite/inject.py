@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rtax.faultsuite.disk import SmallDisk
-from rtax.faultsuite.engine import PrivateEngine
+from rtax.faultsuite.dockerd import PrivateEngine
 from rtax.faultsuite.scenario import LOST_ANSWER_S
 
 log = logging.getLogger("rtax.faultsuite")

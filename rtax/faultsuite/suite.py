@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rtax import paths
+from rtax.core import paths
 from rtax.faultsuite import scenario, tally
 from rtax.faultsuite.disk import SmallDisk
-from rtax.faultsuite.engine import PrivateEngine
+from rtax.faultsuite.dockerd import PrivateEngine
 from rtax.faultsuite.inject import Injector
 from rtax.faultsuite.watch import DashboardReaders, EnvironmentSearch, LogFollower, search_files
 
@@ -346,7 +346,7 @@ def _final_pass(
 ) -> None:
     """One reaper pass (`rtax reap`, the scheduler stopped), then what is left, per substrate,
     as the engine shows it and as each substrate's API lists it."""
-    from rtax import config as rtax_config
+    from rtax.settings import config as rtax_config
 
     text = _run_cli(["reap", "--config", str(config)], env, logs / "reap.log", 900)
     outcome.reaped = sum(
@@ -393,7 +393,7 @@ def _final_pass(
 def rows_of(database: Path, outcome: tally.Outcome, spool_dir: Path | None = None) -> None:
     """Each stored run's completed actions and its stored action rows; the records left in
     the spool beside the database and in `spool_dir` (the second spool)."""
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     with Store(database, create=False) as store:
         runs = store.runs(columns=["run_id", "n_actions_done"])

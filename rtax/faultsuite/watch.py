@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from rtax.faultsuite import tally
-from rtax.faultsuite.engine import PrivateEngine
+from rtax.faultsuite.dockerd import PrivateEngine
 
 log = logging.getLogger("rtax.faultsuite")
 

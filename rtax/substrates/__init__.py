@@ -15,7 +15,7 @@ from rtax.substrates.base import Substrate
 #: kind -> "module:Class"
 REGISTRY: dict[str, str] = {
     "local": "rtax.substrates.local:LocalSubstrate",
-    "docker": "rtax.substrates.docker:DockerSubstrate",
+    "docker": "rtax.substrates.docker.substrate:DockerSubstrate",
     "kubernetes": "rtax.substrates.kubernetes:KubernetesSubstrate",
     "ec2": "rtax.substrates.ec2:Ec2Substrate",
     "daytona": "rtax.substrates.daytona:DaytonaSubstrate",

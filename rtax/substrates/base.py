@@ -1,6 +1,6 @@
 """The substrate protocol: one environment's life, with one meaning for every kind of substrate.
 
-Why a protocol and nothing more: the probe runner (`rtax.probe`) times each step of this life and
+Why a protocol and nothing more: the probe runner (`rtax.rollouts.rollout`) times each step of this life and
 must never know which substrate it is timing, so that "create" or "ready" means the same thing for
 a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
 the store and never times its own phases; it only does the work and may mark native milestones.
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from rtax import redaction
+from rtax.core import redaction
 
 #: The one clock for durations and milestones: monotonic, high resolution. Wall-clock time is used
 #: only for UTC timestamps, never for durations.
@@ -208,7 +208,7 @@ def ready_refusal_is_final(exc: SubstrateError) -> bool:
 
 def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a substrate method so that any exception leaves it with every secret the
-    substrate holds (its ``_secrets()``) and every one rtax holds (`rtax.redaction`) replaced
+    substrate holds (its ``_secrets()``) and every one rtax holds (`rtax.core.redaction`) replaced
     by ``***``: in its message, its attributes and every exception chained to it.
 
     Why at the boundary: an error's text is what reaches the run row, the logs and the CSVs,

@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from rtax import redaction
+from rtax.core import redaction
 from rtax.substrates.base import (
     LABEL,
     CommandResult,

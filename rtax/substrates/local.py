@@ -6,7 +6,7 @@ is that substrate's tax. Phases (docs/measurement.md): create = copy the preload
 into a new directory; orchestration = nothing to wait for; ready = the first `true`.
 
 A floor must run the same programs as what stands on it: commands see the workload toolchain
-(`rtax.toolchain`, the same pinned wheels as the runner image, in a venv of the system's
+(`rtax.assets.toolchain`, the same pinned wheels as the runner image, in a venv of the system's
 interpreter) first on PATH, and an allow-listed environment shaped like a container's, never the
 project's venv nor the scheduler's own variables (credentials included).
 """
@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, toolchain
+from rtax.assets import toolchain
+from rtax.core import paths
 from rtax.substrates import kit
 from rtax.substrates.base import (
     CleanupFailed,

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
-from rtax import toolchain
-from rtax.image import RUNNER_IMAGE
+from rtax.assets import toolchain
+from rtax.assets.image import RUNNER_IMAGE
 from rtax.substrates import kit
 from rtax.substrates.base import (
     CleanupFailed,
@@ -323,7 +323,7 @@ class PodmanSubstrate:
         missing or stale and copied in when podman's copy has another id; another image must
         already be there."""
         if self.image == RUNNER_IMAGE:
-            from rtax.image import ensure_runner
+            from rtax.assets.image import ensure_runner
 
             built = ensure_runner(log=log)
             if self._image_id() != built:

@@ -75,8 +75,8 @@ class Sandboxes:
 
     def start(self) -> None:
         """Reap dead runs' backing containers (a live process's are kept); start the pool."""
-        from rtax import reaper
-        from rtax.substrates.docker import DockerSubstrate
+        from rtax.substrates import reaper
+        from rtax.substrates.docker.substrate import DockerSubstrate
 
         self.backing = DockerSubstrate(name=BACKING_NAME, image=self.image)
         reaper.reap([self.backing])
@@ -227,7 +227,7 @@ class Sandboxes:
                 self.transition(sandbox, "error")
                 return
             try:
-                from rtax.substrates.docker import DockerSubstrate
+                from rtax.substrates.docker.substrate import DockerSubstrate
 
                 backing = self.backing
                 if sandbox.image != self.image:

@@ -19,7 +19,7 @@ from typing import Any
 from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.faults import Fault, Faults
 from rtax.substrates.base import Environment, SubstrateError
-from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.docker.substrate import DockerSubstrate
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Fleet:
 
     def start(self) -> None:
         """Reap the containers of dead emulations (a live one's are kept)."""
-        from rtax import reaper
+        from rtax.substrates import reaper
 
         reaper.reap([self.backing])
         self._stopping = False

@@ -32,7 +32,7 @@ the core/v1 API that a rollout uses, as the real API server and kubelet answer t
 Not modelled: other resources, stdin/tty and resize in exec, the old ``channel.k8s.io``
 protocol, scheduling constraints (nodeSelector and runtimeClassName are stored, never enforced),
 restarts, image pulls, admission, and output streaming (an exec's output is sent when the command
-ends). Every pod runs in a container of `rtax.substrates.docker.DockerSubstrate` named
+ends). Every pod runs in a container of `rtax.substrates.docker.substrate.DockerSubstrate` named
 ``kubernetes-emulation``, so commands really run and the reaper can find orphans.
 
 Faults are planted in ``faults``, the vocabulary every emulation shares (`rtax.emulation.faults`,

@@ -5,7 +5,7 @@ go through the phases, conditions, container statuses and events a real node rep
 scheduled, image checked, container created, started -> Running; ``ErrImagePull`` then
 ``ImagePullBackOff`` for an image the Docker engine lacks). The work runs on a thread pool, apart
 from the API server's loop, and changes the pod only through `Store`, as a kubelet changes it
-only through the API. Every backing container is one of `rtax.substrates.docker.DockerSubstrate`
+only through the API. Every backing container is one of `rtax.substrates.docker.substrate.DockerSubstrate`
 named ``kubernetes-emulation``, so the reaper can find the orphans of a dead process.
 """
 
@@ -80,7 +80,7 @@ class Kubelet:
     # -- backing containers (the kubelet's runtime) ------------------------------------------------
 
     def docker(self, image: str, cpus: float | None = 1.0, memory: int | None = None) -> Any:
-        from rtax.substrates.docker import DockerSubstrate
+        from rtax.substrates.docker.substrate import DockerSubstrate
 
         key = f"{image}|{cpus}|{memory}"
         with self._lock:

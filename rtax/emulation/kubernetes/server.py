@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from rtax.assets.image import RUNNER_IMAGE
 from rtax.emulation import LoopbackServer, identified
 from rtax.emulation.faults import Fault, Faults
 from rtax.emulation.kubernetes.api import (
@@ -37,7 +38,6 @@ from rtax.emulation.kubernetes.api import (
 from rtax.emulation.kubernetes.exec import refuse, run_exec
 from rtax.emulation.kubernetes.kubelet import Kubelet
 from rtax.emulation.kubernetes.store import Store, with_kind
-from rtax.image import RUNNER_IMAGE
 
 #: The operations a fault can be planted on (`rtax.emulation.faults`).
 OPERATIONS = {
@@ -92,7 +92,7 @@ class KubernetesEmulation(LoopbackServer):
         """Reap the backing containers of a dead process, then serve; return once serving."""
         import uvicorn
 
-        from rtax import reaper
+        from rtax.substrates import reaper
 
         if self._thread is not None:
             return

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rtax import redaction
+from rtax.core import redaction
 from rtax.substrates import kit
 from rtax.substrates.base import (
     FIDELITIES,

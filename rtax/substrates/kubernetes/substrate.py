@@ -14,8 +14,8 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from rtax import redaction
-from rtax.image import RUNNER_IMAGE
+from rtax.assets.image import RUNNER_IMAGE
+from rtax.core import redaction
 from rtax.substrates import kit
 from rtax.substrates.base import (
     FIDELITIES,

@@ -1,0 +1,439 @@
+"""The rollout record: the one declaration of phases, run fields and action fields.
+
+Why one owner (docs/data.md): the probe runner writes these fields, the store keeps them, the
+dashboard, statistics, retention and the CSV export read them. Declared once here (like
+pytest-benchmark's one ``fields`` tuple), a field added to `RUN_FIELDS` appears in every run row
+(`run_row` builds them all, for finished and failed rollouts alike), in the store's column
+lists, in the export and in the reference (``python -m rtax.core.record``). A field needs a migration
+too (rtax.store.migrations, whose column lists are frozen history); a test checks that a freshly
+migrated database holds exactly these fields, in this order.
+
+This module imports nothing of the runner, the store or any substrate: store ← record → probe.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any, Protocol
+
+from rtax.core import redaction
+from rtax.core.version import __version__
+
+#: The consecutive, mutually exclusive phases of a rollout (docs/measurement.md), with
+#: what each spans.
+PHASE_MEANINGS: dict[str, str] = {
+    "create": "request sent → the API accepted and returned",
+    "orchestration": "accepted → the substrate reports it running",
+    "ready": "running → the first no-op command succeeded",
+    "claim": "warm: claim asked → a pooled, ready environment handed over",
+    "setup": "the tier's fixed setup (T2: clone)",
+    "actions": "the trajectory's actions, summed",
+    "cleanup": "delete sent → verified gone",
+}
+PHASES: tuple[str, ...] = tuple(PHASE_MEANINGS)
+#: How a rollout got its environment (docs/measurement.md#warm-pools): ``cold`` made it
+#: (create, orchestration, ready), ``warm`` claimed one from a pool (claim). Two series, never one.
+LAUNCH_TYPES: tuple[str, ...] = ("cold", "warm")
+#: The phases up to the first command, per launch type; every other phase is both's.
+START_PHASES: dict[str, tuple[str, ...]] = {
+    "cold": ("create", "orchestration", "ready"),
+    "warm": ("claim",),
+}
+
+
+def phases_of(launch_type: str | None) -> tuple[str, ...]:
+    """The phases a rollout of `launch_type` has (None: an old row, cold)."""
+    other = START_PHASES["cold" if launch_type == "warm" else "warm"]
+    return tuple(p for p in PHASES if p not in other)
+
+
+#: The parts of a rollout's wall time: its phases and the harness's own overhead. They add up.
+PHASE_COLUMNS: tuple[str, ...] = (*(f"{p}_s" for p in PHASES), "overhead_s")
+#: Per phase, the poll gap at which its end was detected (docs/measurement.md#resolution).
+RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
+#: The derived per-run metrics and the phases each one spans (so its resolution is theirs, summed).
+METRIC_PHASES: dict[str, tuple[str, ...]] = {
+    "time_to_first_command_s": ("create", "orchestration", "ready", "claim"),
+    "episode_s": ("create", "orchestration", "ready", "claim", "setup", "actions"),
+    "wall_s": PHASES,
+}
+METRIC_COLUMNS: tuple[str, ...] = tuple(METRIC_PHASES)
+#: Per run phase, the ``phase`` of its commands' action rows (an action row's is singular).
+ACTION_PHASE: dict[str, str] = {"ready": "ready", "setup": "setup", "actions": "action"}
+#: The fidelity of a row whose substrate could not even be built and whose configuration does
+#: not say: never a silent `real` (docs/measurement.md#fidelity).
+UNKNOWN_FIDELITY = "unknown"
+#: The vantage of a run probed on the scheduler's (or the CLI's) own host (docs/ray.md#vantages).
+LOCAL_VANTAGE = "local"
+#: A run's error message is cut to this many characters: a row is read, it is not a log.
+MESSAGE_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column of a record: its name, type and meaning.
+
+    `since` is the schema version whose migration added it (rtax.store.migrations); `page` says the
+    dashboard's pages read it (free text, JSON and bookkeeping stay in the database and CSV)."""
+
+    name: str
+    type: type
+    meaning: str
+    since: int = 1
+    page: bool = False
+
+
+#: Every column of ``runs``, in stored order: a new field goes at the end, with a migration.
+RUN_FIELDS: tuple[Field, ...] = (
+    Field("run_id", str, "the rollout's unique id", page=True),
+    Field("started_at", str, "when the rollout started (ISO 8601, UTC)", page=True),
+    Field("ended_at", str, "when its record was made, after cleanup (ISO 8601, UTC)"),
+    Field("substrate", str, "the substrate's configured name", page=True),
+    Field("kind", str, "the substrate's kind (local, docker, kubernetes, ...)", page=True),
+    Field("tier", str, "workload tier: T0, T1 or T2", page=True),
+    Field("steps", int, "trajectory length (0: the tier's fixed actions)", page=True),
+    Field("seed", int, "seed of the trajectory's action mix"),
+    Field("fidelity", str, "real, emulated, modelled or unknown", page=True),
+    Field("status", str, "ok or failed", page=True),
+    Field(
+        "error_class", str, "why it failed (docs/measurement.md#failures); NULL if ok", page=True
+    ),
+    Field("error_message", str, f"the failure, at most {MESSAGE_CHARS} characters"),
+    *(
+        Field(f"{p}_s", float, f"{p} phase (s): {m}", page=True)
+        for p, m in PHASE_MEANINGS.items()
+        if p != "claim"  # added later (v10), at the end
+    ),
+    Field("overhead_s", float, "wall time minus the phases: the harness's own cost (s)", page=True),
+    Field("wall_s", float, "the create (warm: claim) request → the end of cleanup (s)", page=True),
+    Field(
+        "time_to_first_command_s",
+        float,
+        "create + orchestration + ready (s), warm: claim; NULL unless it got there",
+        page=True,
+    ),
+    Field(
+        "episode_s",
+        float,
+        "the create (warm: claim) request → the end of the last action (s); NULL if not reached",
+        page=True,
+    ),
+    Field("n_actions", int, "actions in the workload", page=True),
+    Field("n_actions_done", int, "actions completed", page=True),
+    Field("cleanup_ok", int, "1 cleanup verified, 0 failed, NULL nothing to clean"),
+    Field("milestones", str, "substrate-native milestones, JSON [{name, t_s from create/claim}]"),
+    Field("host", str, "the host the probe ran on"),
+    Field("rtax_version", str, "the rtax that measured it"),
+    Field("endpoint", str, "the substrate's endpoint, where it has one"),
+    Field("provenance", str, "JSON: versions, platform, the substrate's own description"),
+    Field("mode", str, "action mode: exec (a call per command) or session", since=2, page=True),
+    Field("plan", str, "the scheduler plan that made it; NULL from the CLI", since=3),
+    Field(
+        "scheduled_at",
+        str,
+        "when that plan, or its launch in a load run, was due (lag = started_at - this)",
+        since=3,
+    ),
+    *(
+        Field(f"{p}_res_s", float, f"resolution of the {p} phase's end (s)", since=5, page=True)
+        for p in PHASES
+        if p != "claim"
+    ),
+    Field("toolchain", str, "the workload toolchain's digest", since=6, page=True),
+    Field("load_id", str, "the load run that launched it (docs/load.md); NULL if none", since=9),
+    Field("load_index", int, "its launch order in that load run (0 = the first)", since=9),
+    Field("claim_s", float, f"claim phase (s): {PHASE_MEANINGS['claim']}", since=10, page=True),
+    Field("claim_res_s", float, "resolution of the claim phase's end (s)", since=10, page=True),
+    Field(
+        "launch_type",
+        str,
+        "cold (made: create, orchestration, ready) or warm (claimed from a pool)",
+        since=10,
+        page=True,
+    ),
+    Field(
+        "vantage",
+        str,
+        "where the probe ran (docs/ray.md#vantages): a Ray node's label, else local",
+        since=11,
+        page=True,
+    ),
+)
+#: Every column of ``actions`` (one row per command: ready attempts, setup, actions).
+ACTION_FIELDS: tuple[Field, ...] = (
+    Field("run_id", str, "the run it belongs to"),
+    Field("seq", int, "its order in the run"),
+    Field("phase", str, "ready, setup or action"),
+    Field("idx", int, "its index in its phase (a ready row: the attempt's number)"),
+    Field("category", str, "what it does (ready, clone, inspect, edit, test, ...)"),
+    Field("command", str, "the shell command"),
+    Field("exit_code", int, "the command's exit code; NULL if it never returned"),
+    Field("latency_s", float, "the runner's time around the substrate call (s)"),
+    Field("exec_s", float, "the substrate's own time for the command (s)"),
+    Field("t_offset_s", float, "when it started, from the create request (s)"),
+    Field("stdout_bytes", int, "bytes of standard output"),
+    Field("stderr_bytes", int, "bytes of standard error"),
+    Field("ok", int, "1 if it did what the workload needs"),
+    Field("error_class", str, "why it failed; NULL if ok"),
+    Field("detail", str, "the failure's detail (the tail of its output)"),
+    Field("resolution_s", float, "the poll gap at which its end was detected (s)", since=5),
+)
+RUN_COLUMNS: tuple[str, ...] = tuple(f.name for f in RUN_FIELDS)
+ACTION_COLUMNS: tuple[str, ...] = tuple(f.name for f in ACTION_FIELDS)
+#: The run columns the dashboard's pages read.
+PAGE_COLUMNS: tuple[str, ...] = tuple(f.name for f in RUN_FIELDS if f.page)
+#: (run column, its name on an action row): the run's context every read or exported action
+#: row carries, so that an action is never out of context.
+ACTION_CONTEXT: tuple[tuple[str, str], ...] = (
+    ("substrate", "substrate"),
+    ("kind", "kind"),
+    ("mode", "mode"),
+    ("tier", "tier"),
+    ("steps", "steps"),
+    ("fidelity", "fidelity"),
+    ("launch_type", "launch_type"),
+    ("vantage", "vantage"),
+    ("status", "run_status"),
+    ("started_at", "run_started_at"),
+)
+
+
+@dataclass
+class RolloutRecord:
+    """A finished rollout: one run row and its action rows, ready for `Store.save_rollout`."""
+
+    run: dict[str, Any]
+    actions: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Scrubbed as it is made: a failing command's output (``detail``) or an error message
+        # may carry a secret rtax holds, and from here a record goes to the database, the spool
+        # and the CSVs (docs/configuration.md#secrets).
+        secrets = redaction.held()
+        if secrets:
+            self.run = redaction.scrub_value(self.run, secrets)
+            self.actions = redaction.scrub_value(self.actions, secrets)
+
+    @property
+    def ok(self) -> bool:
+        return self.run["status"] == "ok"
+
+
+def utcnow() -> str:
+    """Now as the records spell time: ISO 8601, UTC, microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class Describes(Protocol):
+    """What `provenance_of` needs of a substrate: its own description."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def origin() -> dict[str, Any]:
+    """The least provenance every row has: the host it was made on and the rtax that made it."""
+    return {"host": socket.gethostname(), "rtax_version": __version__}
+
+
+def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dict[str, str]:
+    """Installed versions of the libraries a sample depends on (provenance)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
+def provenance_of(substrate: Describes) -> dict[str, Any]:
+    """What produced a sample (docs/measurement.md): host, versions, and the
+    substrate's own description. A substrate that can't describe itself (an unreachable
+    endpoint) is noted and the rollout goes on; the rest is rtax's own, and its failure is a
+    harness error (the probe runner's `run_rollout` records it so)."""
+    try:
+        described = substrate.describe()
+    except Exception as exc:
+        described = {"describe_error": f"{type(exc).__name__}: {exc}"}
+    return {
+        **origin(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "libraries": library_versions(),
+        "substrate": described,
+    }
+
+
+def run_row(
+    *,
+    run_id: str,
+    started_at: str,
+    substrate: str,
+    kind: str,
+    mode: str | None,
+    tier: str,
+    steps: int,
+    seed: int,
+    fidelity: str,
+    error_class: str | None,
+    error_message: str | None,
+    provenance: Mapping[str, Any],
+    phases: Mapping[str, float] | None = None,
+    resolutions: Mapping[str, float | None] | None = None,
+    wall_s: float | None = None,
+    milestones: Sequence[Mapping[str, Any]] = (),
+    actions: Sequence[Mapping[str, Any]] = (),
+    claimed: bool = False,
+    **measured: Any,
+) -> dict[str, Any]:
+    """The one builder of a run row: every field of `RUN_FIELDS`, None unless given.
+
+    It derives what every row derives the same way (docs/measurement.md): the status
+    from the error class; the end time; the phase columns; the overhead (wall time minus the
+    phases, when they were timed at all); time to first command, only once a ready command
+    succeeded (cold) or a pool handed an environment over (`claimed`, warm: the claim phase,
+    docs/measurement.md#warm-pools); the launch type, ``cold`` unless given; each phase's
+    resolution, for setup and actions the sum over their commands' (each polled detection
+    can be late by its resolution), else as `resolutions` reports it;
+    host, version, endpoint and toolchain from the provenance. `actions` are the run's action
+    rows. `measured` takes the remaining fields by name; any other name is refused."""
+    unknown = set(measured) - set(RUN_COLUMNS)
+    derived = set(measured) & _DERIVED
+    if unknown or derived:
+        raise TypeError(f"not a run field to pass: {', '.join(sorted(unknown | derived))}")
+    described = provenance.get("substrate") or {}
+    row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
+    row.update(
+        run_id=run_id,
+        started_at=started_at,
+        ended_at=utcnow(),
+        substrate=substrate,
+        kind=kind,
+        mode=mode or "exec",
+        launch_type="cold",
+        vantage=LOCAL_VANTAGE,
+        tier=tier,
+        steps=steps,
+        seed=seed,
+        fidelity=fidelity,
+        status="ok" if error_class is None else "failed",
+        error_class=error_class,
+        error_message=(error_message or "")[:MESSAGE_CHARS] or None,
+        wall_s=wall_s,
+        milestones=json.dumps(list(milestones)),
+        host=provenance["host"],
+        rtax_version=provenance["rtax_version"],
+        endpoint=described.get("endpoint"),
+        toolchain=(described.get("toolchain") or {}).get("digest"),
+        provenance=json.dumps(provenance, sort_keys=True, default=str),
+    )
+    resolved = dict(resolutions or {})
+    for phase in ("setup", "actions"):
+        polled = [
+            r["resolution_s"]
+            for r in actions
+            if r["phase"] == ACTION_PHASE[phase] and r.get("resolution_s") is not None
+        ]
+        if polled:
+            resolved[phase] = sum(polled)
+    for p in PHASES:
+        row[f"{p}_s"] = (phases or {}).get(p)
+        row[f"{p}_res_s"] = resolved.get(p)
+    if phases is not None:
+        if wall_s is not None:
+            row["overhead_s"] = wall_s - sum(phases.values())
+        first = START_PHASES["cold"]
+        if claimed and "claim" in phases:
+            row["time_to_first_command_s"] = phases["claim"]
+        elif all(p in phases for p in first) and any(
+            r["phase"] == "ready" and r.get("ok") for r in actions
+        ):
+            row["time_to_first_command_s"] = sum(phases[p] for p in first)
+    row.update(measured)
+    if row["launch_type"] not in LAUNCH_TYPES:
+        raise ValueError(f"launch_type must be one of {LAUNCH_TYPES}, not {row['launch_type']!r}")
+    return row
+
+
+#: The run fields `run_row` derives itself, never passed in.
+_DERIVED = frozenset(
+    {
+        "status",
+        "ended_at",
+        "overhead_s",
+        "time_to_first_command_s",
+        "host",
+        "rtax_version",
+        "endpoint",
+        "toolchain",
+        *(f"{p}_s" for p in PHASES),
+        *RESOLUTION_COLUMNS,
+    }
+)
+
+
+def action_row(**values: Any) -> dict[str, Any]:
+    """An action row: every field of `ACTION_FIELDS`, None unless given; unknown names refused."""
+    unknown = set(values) - set(ACTION_COLUMNS)
+    if unknown:
+        raise TypeError(f"not an action field: {', '.join(sorted(unknown))}")
+    return {**dict.fromkeys(ACTION_COLUMNS), **values}
+
+
+def failed_record(
+    name: str,
+    kind: str,
+    mode: str | None,
+    work: Any,
+    run_id: str,
+    started: datetime,
+    error_class: str,
+    message: str,
+    *,
+    wall_s: float | None,
+    fidelity: str,
+    launch_type: str = "cold",
+) -> RolloutRecord:
+    """The record of a rollout that produced none itself (it never started, or its thread never
+    returned): failed, classified, phases unknown, built by `run_row` like every other. `work`
+    is a Workload or a scheduler Plan. `fidelity` is the substrate's (or, if it could not be
+    built, what its configuration says, else `UNKNOWN_FIDELITY`): there is no default, so a
+    row can never fall back to `real`. `launch_type`: ``warm`` when the rollout would have
+    claimed from a warm pool (its failure belongs to the warm series)."""
+    steps = getattr(work, "steps", 0)
+    run = run_row(
+        run_id=run_id,
+        started_at=started.isoformat(timespec="microseconds"),
+        substrate=name,
+        kind=kind,
+        mode=mode,
+        tier=work.tier,
+        steps=steps,
+        seed=getattr(work, "seed", 0),
+        fidelity=fidelity,
+        error_class=error_class,
+        error_message=message,
+        provenance=origin(),
+        wall_s=wall_s,
+        n_actions=len(getattr(work, "actions", ())) or steps,
+        launch_type=launch_type,
+    )
+    return RolloutRecord(run=run, actions=[])
+
+
+def reference(fields: Sequence[Field]) -> str:
+    """`fields` as a Markdown table (name, type, meaning, schema version), for the docs."""
+    lines = ["| field | type | meaning | since |", "|---|---|---|---|"]
+    lines += [f"| `{f.name}` | {f.type.__name__} | {f.meaning} | v{f.since} |" for f in fields]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(f"## runs\n\n{reference(RUN_FIELDS)}\n\n## actions\n\n{reference(ACTION_FIELDS)}")
