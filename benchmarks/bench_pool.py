@@ -34,8 +34,9 @@ from typing import Any
 from rtax.analysis import stats
 from rtax.assets.image import ensure_runner
 from rtax.core import workloads
+from rtax.core.options import RolloutOptions
 from rtax.core.record import RolloutRecord
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.docker.substrate import DockerSubstrate
 from rtax.substrates.pool import PoolSettings, WarmPool
 
@@ -85,7 +86,7 @@ def _ms(label: str, values: list[float], extra: str = "") -> str:
     return f"  {label:<44} {_p(values, 50) * 1e3:10.3f} ms  (n={len(values)}){extra}"
 
 
-def _burst(pool: WarmPool, size: int, options: ProbeOptions) -> list[RolloutRecord]:
+def _burst(pool: WarmPool, size: int, options: RolloutOptions) -> list[RolloutRecord]:
     """`size` T0 rollouts started at once (a barrier), each claiming from `pool`."""
     barrier = threading.Barrier(size)
     records: list[RolloutRecord | None] = [None] * size
@@ -122,7 +123,7 @@ def main() -> int:
     except Exception as exc:  # no engine: say so, don't pretend
         print(f"warm pool bench skipped: {exc}")
         return 0
-    options = ProbeOptions(deadline_s=600)
+    options = RolloutOptions(deadline_s=600)
     cold_sub = DockerSubstrate(name="docker-bench-cold")
     settings = PoolSettings(args.pool, args.refill)
     pool = WarmPool(

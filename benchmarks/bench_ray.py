@@ -24,7 +24,7 @@ from pathlib import Path
 from rtax.analysis import stats
 from rtax.assets import attrs as fixtures
 from rtax.compose import Composition
-from rtax.rollouts.engines.base import Engine, LocalEngine, RolloutSpec
+from rtax.rollouts.engines import Engine, LocalEngine, RolloutSpec
 from rtax.rollouts.engines.ray import RayEngine
 from rtax.settings.config import SubstrateConfig
 from rtax.settings.engine import DEFAULT_LABEL, EngineSettings

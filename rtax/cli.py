@@ -23,9 +23,9 @@ from rtax.assets.image import ImageError
 from rtax.assets.toolchain import ToolchainError
 from rtax.compose import ComposeError
 from rtax.core import redaction, workloads
+from rtax.core.failures import HarnessError
 from rtax.core.version import __version__
 from rtax.core.workloads import WorkloadError
-from rtax.rollouts.rollout import HarnessError
 from rtax.service import stopping
 from rtax.service.stopping import STOP, Terminated, signals
 from rtax.settings.config import ConfigError

@@ -27,14 +27,15 @@ from rtax import emulation
 from rtax.assets import attrs as fixtures
 from rtax.assets.attrs import Fixture, GitServer
 from rtax.core import paths
+from rtax.core.failures import HarnessError, SubstrateError
+from rtax.core.options import RolloutOptions
 from rtax.core.record import UNKNOWN_FIDELITY
 from rtax.core.workloads import RepoSource
-from rtax.rollouts.rollout import HarnessError, ProbeOptions
 from rtax.settings import config as configuration
-from rtax.settings.config import Config, ConfigError, SubstrateConfig, build_substrate
+from rtax.settings.config import Config, ConfigError, SubstrateConfig
 from rtax.store.database import Store
-from rtax.substrates import NAMED, UnknownSubstrate, names, substrate_class
-from rtax.substrates.base import Substrate, SubstrateError, require_host_address
+from rtax.substrates import NAMED, UnknownSubstrate, build_substrate, names, substrate_class
+from rtax.substrates.base import Substrate, require_host_address
 from rtax.substrates.pool import WarmPool
 
 Log = Callable[[str], None]
@@ -192,10 +193,10 @@ class Composition:
         #: a scheduler builds one per rollout)
         self._built: list[weakref.ref[Substrate]] = []
         if deadline_s is None:
-            deadline_s = config.deadline_s if config is not None else ProbeOptions().deadline_s
+            deadline_s = config.deadline_s if config is not None else RolloutOptions().deadline_s
         #: the probe options of this composition's rollouts (a warm pool makes environments
         #: with their timeouts, for their lifetime)
-        self.probe_options = ProbeOptions(deadline_s=deadline_s)
+        self.probe_options = RolloutOptions(deadline_s=deadline_s)
         #: (name, overrides) -> the warm pool rollouts of that entry claim from, kept until
         #: `close` (docs/configuration.md#warm-pools)
         self.pools: dict[tuple[str, tuple[tuple[str, Any], ...]], WarmPool] = {}

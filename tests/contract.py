@@ -14,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rtax.core import workloads
+from rtax.core.options import RolloutOptions
 from rtax.core.record import PHASES, RolloutRecord
 from rtax.core.workloads import Action, RepoSource, Workload
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
 from rtax.substrates import kit, reaper
 from rtax.substrates.base import Substrate
@@ -77,7 +78,7 @@ class SubstrateContract:
     """Subclass and provide the `substrate` and `repo_source` fixtures."""
 
     def rollout(self, substrate: Substrate, workload: Workload, **kw) -> RolloutRecord:
-        record = run_rollout(substrate, workload, options=ProbeOptions(**kw))
+        record = run_rollout(substrate, workload, options=RolloutOptions(**kw))
         assert_phases_add_up(record)
         assert_clean(substrate, record)
         return record

@@ -13,7 +13,7 @@ import pytest
 from rtax import emulation
 from rtax.assets.attrs import Fixture
 from rtax.compose import ComposeError, Composition, action_mode
-from rtax.rollouts.rollout import HarnessError
+from rtax.core.failures import HarnessError
 from rtax.settings import config
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates.local import LocalSubstrate

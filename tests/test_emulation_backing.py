@@ -11,9 +11,10 @@ import threading
 
 import pytest
 
+from rtax.core.failures import CleanupFailed
 from rtax.emulation import backing
 from rtax.emulation.faults import Faults
-from rtax.substrates.base import CleanupFailed, Environment
+from rtax.substrates.base import Environment
 
 
 class _Flaky:

@@ -18,7 +18,8 @@ import ray.exceptions
 
 from polling import wait_for
 from rtax.core import redaction
-from rtax.rollouts.engines.base import LocalEngine, RolloutSpec, settle
+from rtax.rollouts.engines.base import RolloutSpec, settle
+from rtax.rollouts.engines.local import LocalEngine
 from rtax.rollouts.engines.ray import RayEngine
 from rtax.service.scheduler import Prober
 from rtax.settings import config

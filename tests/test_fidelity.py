@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from rtax.core import workloads
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.core.options import RolloutOptions
+from rtax.rollouts.rollout import run_rollout
 from rtax.settings import config
 from rtax.store.database import Store
+from rtax.substrates import build_substrate
 from rtax.substrates.emulated import EMULATION_HEADER, EmulationWatch
 
 
@@ -37,9 +39,9 @@ def _loaded(tmp_path: Path, entry: str) -> config.SubstrateConfig:
 
 
 def _probe_and_store(conf: config.SubstrateConfig, db: Path) -> dict:
-    substrate = config.build_substrate(conf)
+    substrate = build_substrate(conf)
     assert substrate.fidelity == "real"  # what the configuration says, before any answer
-    record = run_rollout(substrate, workloads.build("T0"), options=ProbeOptions(deadline_s=300))
+    record = run_rollout(substrate, workloads.build("T0"), options=RolloutOptions(deadline_s=300))
     with Store(db) as store:
         store.save_rollout(record)
         (row,) = store.runs().to_dict("records")

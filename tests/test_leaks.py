@@ -19,11 +19,13 @@ import pytest
 
 from polling import wait_for
 from rtax.core import workloads
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.core.failures import CreateFailed
+from rtax.core.options import RolloutOptions
+from rtax.rollouts.rollout import run_rollout
 from rtax.service.scheduler import Prober
 from rtax.settings import config
 from rtax.substrates import kit, reaper
-from rtax.substrates.base import CreateFailed, Environment, Leftover
+from rtax.substrates.base import Environment, Leftover
 from rtax.substrates.local import LABEL_FILE, LocalSubstrate
 
 # -- the expiry in the labels -------------------------------------------------------------------
@@ -53,7 +55,7 @@ def test_a_rollouts_environment_expires_after_its_deadline_and_cleanup(
 ) -> None:
     sub = _Watched(root=tmp_path / "envs", template=attrs_fixture.template)
     sub.seen = []
-    options = ProbeOptions(deadline_s=90, cleanup_timeout_s=30)
+    options = RolloutOptions(deadline_s=90, cleanup_timeout_s=30)
     record = run_rollout(sub, workloads.build("T0"), options=options)
     assert record.run["status"] == "ok", record.run["error_message"]
     (label,) = sub.seen

@@ -17,8 +17,8 @@ from loadcheck import check_load
 from polling import wait_for
 from rtax import cli
 from rtax.core import workloads
+from rtax.core.options import RolloutOptions
 from rtax.rollouts import burst as load
-from rtax.rollouts.rollout import ProbeOptions
 from rtax.settings.loads import LoadPlan
 from rtax.store.database import Store
 from rtax.store.spool import Spool
@@ -123,7 +123,7 @@ def test_a_stop_cancels_every_launch_and_cleans_up(tmp_path: Path, attrs_fixture
 
     threading.Thread(target=stop_when_held, daemon=True).start()
     # the rollouts' cancel event is the runner's: the held ones wake when it stops them
-    result, store = _run(sub, plan, tmp_path / "x.db", stop=stop, options=ProbeOptions(
+    result, store = _run(sub, plan, tmp_path / "x.db", stop=stop, options=RolloutOptions(
         cancel=release, deadline_s=60))  # fmt: skip
     with store:
         row = check_load(store, result.load_id, complete=False)
@@ -158,7 +158,7 @@ def test_the_callers_own_cancel_ends_the_run_as_a_stop_does(tmp_path: Path, loca
     cancel = threading.Event()
     cancel.set()
     plan = LoadPlan("local", shape="staggered", n=3, every_s=0.5)
-    result, store = _run(local, plan, tmp_path / "x.db", options=ProbeOptions(cancel=cancel))
+    result, store = _run(local, plan, tmp_path / "x.db", options=RolloutOptions(cancel=cancel))
     with store:
         row = check_load(store, result.load_id, complete=False)
     assert isinstance(result.interrupted, KeyboardInterrupt) and row["rollouts"] == 0

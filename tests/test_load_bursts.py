@@ -19,9 +19,9 @@ import pytest
 from loadcheck import check_load
 from polling import wait_for
 from rtax.core import workloads
+from rtax.core.options import RolloutOptions
 from rtax.emulation.daytona import DaytonaEmulation
 from rtax.rollouts import burst as load
-from rtax.rollouts.rollout import ProbeOptions
 from rtax.settings.loads import LoadPlan
 from rtax.store.database import Store
 from rtax.store.spool import Spool
@@ -82,7 +82,7 @@ def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, burst
                 store=store,
                 spool=Spool(db, lambda: Store(db)),
                 result=result,
-                options=ProbeOptions(deadline_s=300),
+                options=RolloutOptions(deadline_s=300),
             )
             row = check_load(store, result.load_id)
         assert sub.leftovers() == []

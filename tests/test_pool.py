@@ -22,20 +22,12 @@ import pytest
 from contract import SubstrateContract
 from polling import wait_for
 from rtax.core import workloads
+from rtax.core.failures import ClaimTimeout, CreateFailed, SubstrateError
 from rtax.core.workloads import RepoSource
 from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
 from rtax.substrates import kit, reaper
-from rtax.substrates.base import (
-    Claims,
-    ClaimTimeout,
-    CommandResult,
-    CreateFailed,
-    Environment,
-    Leftover,
-    Substrate,
-    SubstrateError,
-)
+from rtax.substrates.base import Claims, CommandResult, Environment, Leftover, Substrate
 from rtax.substrates.local import LocalSubstrate
 from rtax.substrates.pool import PoolSettings, WarmPool
 

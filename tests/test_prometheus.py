@@ -25,11 +25,12 @@ from typing import Any
 import pytest
 
 from factories import make_record
+from rtax.core.failures import CreateFailed
 from rtax.service.prometheus import BUCKETS
 from rtax.service.scheduler import Prober
 from rtax.settings import config
 from rtax.store.database import Store
-from rtax.substrates.base import CreateFailed, Environment
+from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "rtax.json"

@@ -17,6 +17,7 @@ import sqlite_utils
 
 from factories import make_record
 from rtax.core import record
+from rtax.core.failures import ExecError
 from rtax.core.record import (
     ACTION_COLUMNS,
     ACTION_FIELDS,
@@ -29,7 +30,7 @@ from rtax.core.workloads import Action, Workload
 from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
 from rtax.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from rtax.substrates.base import CommandResult, Environment, ExecError
+from rtax.substrates.base import CommandResult, Environment
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> list[tuple[str, type]]:

@@ -12,9 +12,10 @@ import pytest
 
 from factories import make_action, make_record, make_run
 from rtax.core import redaction
+from rtax.core.failures import CreateFailed, SubstrateError
 from rtax.core.record import RolloutRecord
 from rtax.store.database import Store
-from rtax.substrates.base import CreateFailed, SubstrateError, redacting
+from rtax.substrates.base import redacting
 
 
 class Echoed(Exception):

@@ -36,11 +36,11 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from rtax.core import workloads
+from rtax.core.failures import SubstrateError
 from rtax.rollouts.rollout import run_rollout
-from rtax.settings.config import SubstrateConfig, build_substrate
+from rtax.settings.config import SubstrateConfig
 from rtax.store.database import Store
-from rtax.substrates import kit
-from rtax.substrates.base import SubstrateError
+from rtax.substrates import build_substrate, kit
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = (

@@ -18,21 +18,15 @@ import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax.core import workloads
+from rtax.core.failures import CreateFailed, SubstrateError
+from rtax.core.options import RolloutOptions
 from rtax.core.workloads import RepoSource
 from rtax.emulation.daytona import DaytonaEmulation, parse_command
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
-from rtax.settings.config import SubstrateConfig, build_substrate
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings.config import SubstrateConfig
 from rtax.store.database import Store
-from rtax.substrates import get_substrate
-from rtax.substrates.base import (
-    LABEL,
-    CommandResult,
-    CreateFailed,
-    Environment,
-    SubstrateError,
-    clock,
-    require_host_address,
-)
+from rtax.substrates import build_substrate, get_substrate
+from rtax.substrates.base import LABEL, CommandResult, Environment, clock, require_host_address
 from rtax.substrates.daytona import DaytonaSubstrate
 
 
@@ -297,7 +291,7 @@ def test_sandbox_not_started_in_time_is_ready_timeout(
 ) -> None:
     emulation.faults.delay("start", 3.0)
     record = run_rollout(
-        daytona_exec, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1.0)
+        daytona_exec, workloads.build("T0"), options=RolloutOptions(running_timeout_s=1.0)
     )
     run = _kept(store, record)
     assert (run["status"], run["error_class"]) == ("failed", "ready_timeout")
@@ -313,7 +307,7 @@ def test_start_wait_from_a_worker_thread(
     records = {}
 
     def rollout(tag: str, running_timeout_s: float) -> None:
-        options = ProbeOptions(running_timeout_s=running_timeout_s)
+        options = RolloutOptions(running_timeout_s=running_timeout_s)
         records[tag] = run_rollout(daytona_exec, workloads.build("T0"), options=options)
 
     emulation.faults.delay("start", 2.0, times=2)  # each of the two sandboxes

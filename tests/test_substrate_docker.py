@@ -16,11 +16,12 @@ import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax.core import workloads
+from rtax.core.failures import CommandTimeout, ExecError
 from rtax.core.workloads import Action, RepoSource, Workload
 from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
 from rtax.substrates import kit, reaper
-from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment, ExecError
+from rtax.substrates.base import LABEL, CommandResult, Environment
 from rtax.substrates.docker.session import MAX_OUTPUT
 from rtax.substrates.docker.substrate import DockerSubstrate
 

@@ -20,22 +20,15 @@ import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax.core import workloads
+from rtax.core.failures import CleanupFailed, CreateFailed, SubstrateError
+from rtax.core.options import RolloutOptions
 from rtax.core.record import PHASES
 from rtax.core.workloads import Action, RepoSource, Workload
 from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.settings import config
 from rtax.store.database import Store
-from rtax.substrates.base import (
-    LABEL,
-    CleanupFailed,
-    CommandResult,
-    CreateFailed,
-    Environment,
-    SubstrateError,
-    clock,
-    require_host_address,
-)
+from rtax.substrates.base import LABEL, CommandResult, Environment, clock, require_host_address
 from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate
 
 
@@ -279,7 +272,7 @@ def test_persistent_ssm_throttling_during_actions_is_rate_limited(
 def test_agent_never_online_is_ready_timeout(emulation: Ec2Emulation, store: Store) -> None:
     fast = Ec2Substrate(agent_wait_s=0.2, **emulation.substrate_params())
     emulation.faults.fail("agent")  # the next instance's agent never comes online
-    record = run_rollout(fast, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=1.0))
+    record = run_rollout(fast, workloads.build("T0"), options=RolloutOptions(ready_timeout_s=1.0))
     row = _saved(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "ready_timeout")
     assert "not online" in row["error_message"]
@@ -610,7 +603,7 @@ def test_which_launch_failures_may_have_launched_an_instance() -> None:
     """Only a definite refusal means nothing runs; anything else is looked for and ended."""
     from botocore.exceptions import ClientError, EndpointConnectionError
 
-    from rtax.substrates.base import RateLimited
+    from rtax.core.failures import RateLimited
     from rtax.substrates.ec2.instances import may_have_launched
 
     def answer(code: str, status: int) -> ClientError:
@@ -652,7 +645,7 @@ def test_an_instance_never_visible_to_terminate_is_not_counted_as_gone() -> None
 
 
 def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() -> None:
-    from rtax.substrates.base import EnvironmentLost
+    from rtax.core.failures import EnvironmentLost
 
     sub, ec2, ssm = _stubbed()
     env = Environment("i-1", "r", handle={"agent_online": True})

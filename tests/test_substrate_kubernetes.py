@@ -14,17 +14,13 @@ import websocket
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
 from rtax.core import workloads
+from rtax.core.failures import CreateFailed, ExecError, SubstrateError
+from rtax.core.options import RolloutOptions
 from rtax.core.workloads import RepoSource
 from rtax.emulation.kubernetes import KubernetesEmulation
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
-from rtax.substrates.base import (
-    CreateFailed,
-    ExecError,
-    SubstrateError,
-    clock,
-    require_host_address,
-)
+from rtax.substrates.base import clock, require_host_address
 from rtax.substrates.kubernetes import KubernetesSubstrate
 
 
@@ -244,7 +240,9 @@ def test_pod_held_pending_is_ready_timeout_kept_and_nothing_left(
     emulation.faults.fail("schedule", times=None)  # held until cleared
     try:
         t0 = clock()
-        record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1))
+        record = run_rollout(
+            sub, workloads.build("T0"), options=RolloutOptions(running_timeout_s=1)
+        )
         assert clock() - t0 < 15
     finally:
         emulation.faults.clear()
@@ -280,7 +278,7 @@ def test_exec_forbidden_fails_the_ready_phase_at_once(
     sub = _sub(emulation)
     emulation.faults.fail("exec", 403, times=100, message="pods/exec is forbidden: no")
     t0 = clock()
-    record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=60))
+    record = run_rollout(sub, workloads.build("T0"), options=RolloutOptions(ready_timeout_s=60))
     assert clock() - t0 < 20  # not after the ready timeout
     emulation.faults.clear()
     row = _stored(store, record)
@@ -508,7 +506,8 @@ def test_token_is_sent_and_never_recorded(
 ) -> None:
     """Through the configuration path: ``token_env`` names the variable, the scheduler's
     factory reads it."""
-    from rtax.settings.config import SubstrateConfig, build_substrate
+    from rtax.settings.config import SubstrateConfig
+    from rtax.substrates import build_substrate
 
     secret = "s3cr3t-token-never-stored"
     with KubernetesEmulation(image=runner_image, token=secret) as emu:

@@ -15,8 +15,9 @@ import pytest
 from contract import SubstrateContract, assert_phases_add_up
 from rtax.assets.attrs import Fixture
 from rtax.core import workloads
+from rtax.core.options import RolloutOptions
 from rtax.core.workloads import Action, RepoSource, Workload
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from rtax.substrates.base import CommandResult, Environment, Substrate
@@ -47,7 +48,8 @@ def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
     before the kit's label vocabulary, label files without a name)."""
     import json
 
-    from rtax.substrates.base import CleanupFailed, Leftover
+    from rtax.core.failures import CleanupFailed
+    from rtax.substrates.base import Leftover
 
     root = tmp_path / "envs"
     mine, other = LocalSubstrate(root=root), LocalSubstrate(name="local-2", root=root)
@@ -271,7 +273,7 @@ class _SlowToAccept(LocalSubstrate):
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         if self.refusals > 0:
             self.refusals -= 1
-            from rtax.substrates.base import ExecError
+            from rtax.core.failures import ExecError
 
             raise ExecError("not accepting commands yet")
         return super().run(env, command, timeout_s)
@@ -288,5 +290,5 @@ def test_ready_is_the_whole_wait_back_off_included(tmp_path: Path, attrs_fixture
     assert [a["ok"] for a in attempts] == [0, 0, 0, 0, 1]
     # four fixed pauses between the five attempts (docs/measurement.md#resolution), all inside
     # the phase
-    pauses = 4 * ProbeOptions().ready_interval_s
+    pauses = 4 * RolloutOptions().ready_interval_s
     assert record.run["ready_s"] >= pauses + sum(a["latency_s"] for a in attempts)

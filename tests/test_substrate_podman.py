@@ -13,9 +13,10 @@ import pytest
 
 from contract import SubstrateContract
 from rtax.assets.attrs import Fixture, GitServer
+from rtax.core.failures import EnvironmentLost
 from rtax.core.workloads import RepoSource
 from rtax.substrates import get_substrate
-from rtax.substrates.base import LABEL, EnvironmentLost
+from rtax.substrates.base import LABEL
 from rtax.substrates.podman import PodmanSubstrate
 
 

@@ -21,12 +21,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from rtax.analysis import stats
-from rtax.settings.loads import Bounds
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What breaks a substrate's envelope (docs/load.md#the-envelope): time-to-first-command
+    p95 above `ttfc_p95_max_s` (unset: no absolute bound) or above `ttfc_p95_ratio_max` times
+    the p95 at the lowest concurrency measured, or a failure rate above `failure_rate_max`."""
+
+    ttfc_p95_max_s: float | None = None
+    ttfc_p95_ratio_max: float = 2.0
+    failure_rate_max: float = 0.05
+
 
 SERIES: tuple[str, ...] = ("substrate", "mode", "fidelity", "tier", "steps")
 #: CPU seconds per second at which the harness counts as saturated: its Python threads share

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 # The parts of wall time and the derived per-run metrics shown beside them (rtax.core.record).
+from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
 
 QUANTILES = (50, 95, 99)
@@ -82,14 +83,6 @@ def _finite(values: Iterable[float]) -> np.ndarray:
 def successful(runs: pd.DataFrame) -> pd.DataFrame:
     """Only the runs that may enter latency statistics."""
     return runs[runs["status"] == "ok"]
-
-
-#: rtax's own failures (docs/measurement.md#failures): kept and shown, never a substrate's.
-HARNESS_ERROR = "harness_error"
-#: The execution engine's failures (a Ray node lost mid-rollout, no node for a vantage:
-#: docs/ray.md#failures): rtax's own too, counted with the harness errors.
-ENGINE_ERROR = "engine_error"
-OWN_ERRORS = (HARNESS_ERROR, ENGINE_ERROR)
 
 
 def attempts(runs: pd.DataFrame) -> pd.DataFrame:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from rtax.analysis import sketch, stats
+from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import (
     LOCAL_VANTAGE,
     METRIC_COLUMNS,
@@ -315,7 +316,7 @@ def combine(rows: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     out["runs"] = out["runs"].astype(int)
     out["n"] = out["n"].astype(int)
     out["errors"] = counters
-    out["harness_errors"] = [sum(e.get(c, 0) for c in stats.OWN_ERRORS) for e in counters]
+    out["harness_errors"] = [sum(e.get(c, 0) for c in OWN_ERRORS) for e in counters]
     out["attempts"] = out["runs"] - out["harness_errors"]
     out["ok"] = out["runs"] - [sum(e.values()) for e in counters]
     out["sketch"] = [merge_sketches(texts) for texts in out["sketch"]]

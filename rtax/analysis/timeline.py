@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rtax.analysis import sketch, stats, status, summaries
+from rtax.analysis import sketch, status, summaries
 from rtax.analysis.incidents import series_key
+from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import LOCAL_VANTAGE, PHASE_COLUMNS
 
 #: Bucket label -> seconds.
@@ -108,7 +109,7 @@ def from_runs(runs: pd.DataFrame, column: str, bucket_s: int) -> pd.DataFrame:
     frame["value"] = pd.to_numeric(frame[column], errors="coerce")
     out = []
     for (key, label, start), group in frame.groupby(["key", "series", "bucket_start"], sort=True):
-        harness = group["error_class"].isin(stats.OWN_ERRORS)
+        harness = group["error_class"].isin(OWN_ERRORS)
         counted = group[~harness]
         ok = counted["status"].eq("ok")
         errors = Counter(counted.loc[~ok, "error_class"].fillna("unknown"))
@@ -141,7 +142,7 @@ def from_summaries(rows: pd.DataFrame, column: str, bucket: str) -> pd.DataFrame
         merged = labelled
         errors = [Counter(json.loads(e or "{}")) for e in merged["errors"]]
         sketches = [sketch.Sketch.from_json(t) for t in merged["sketch"]]
-        harness = pd.Series([sum(e.get(c, 0) for c in stats.OWN_ERRORS) for e in errors])
+        harness = pd.Series([sum(e.get(c, 0) for c in OWN_ERRORS) for e in errors])
         attempts = merged["runs"].astype(int).reset_index(drop=True) - harness
         ok = merged["runs"].astype(int).reset_index(drop=True) - [sum(e.values()) for e in errors]
     bucket_s = BUCKETS["1 h" if bucket == "hour" else "1 d"]
@@ -159,7 +160,7 @@ def from_summaries(rows: pd.DataFrame, column: str, bucket: str) -> pd.DataFrame
         list(harness),
         strict=True,
     ):
-        counted = Counter({k: v for k, v in err.items() if k not in stats.OWN_ERRORS})
+        counted = Counter({k: v for k, v in err.items() if k not in OWN_ERRORS})
         point = _point(key, label, start, bucket_s, int(a), int(o), counted, int(h))
         point["n"] = n
         point["p50"] = sk.quantile(50) if n else math.nan

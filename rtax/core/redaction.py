@@ -5,7 +5,7 @@ that echoes a bad token in its refusal, a chained cause printed by ``log.excepti
 command's output in ``actions.detail``), so the places text leaves through (exceptions, log
 records, run and action rows, CSV exports) all scrub against one list. What counts as held:
 
-- every value `register`-ed: each ``*_env`` parameter `rtax.settings.config.build_substrate` reads, and
+- every value `register`-ed: each ``*_env`` parameter `rtax.substrates.build_substrate` reads, and
   each credential a substrate resolves itself (a kubeconfig's token, a Daytona key, the AWS
   chain's secret key and session token);
 - the values of this process's environment variables whose names say credential

@@ -347,6 +347,7 @@ def _final_pass(
     """One reaper pass (`rtax reap`, the scheduler stopped), then what is left, per substrate,
     as the engine shows it and as each substrate's API lists it."""
     from rtax.settings import config as rtax_config
+    from rtax.substrates import build_substrate
 
     text = _run_cli(["reap", "--config", str(config)], env, logs / "reap.log", 900)
     outcome.reaped = sum(
@@ -373,7 +374,7 @@ def _final_pass(
     conf = rtax_config.load(config)
     for name, entry in conf.substrates.items():
         try:
-            substrate = rtax_config.build_substrate(entry)
+            substrate = build_substrate(entry)
             left = substrate.leftovers()
             api[name] = len(left)
             outcome.notes += [

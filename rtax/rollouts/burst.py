@@ -40,9 +40,11 @@ from typing import Any
 from rtax.analysis.loadrun import Launch, describe, figures
 from rtax.compose import Composition, check_database
 from rtax.core import paths, workloads
+from rtax.core.failures import HarnessError
+from rtax.core.options import RolloutOptions
 from rtax.core.record import RolloutRecord, failed_record, origin, provenance_of, utcnow
 from rtax.rollouts import probe as batch
-from rtax.rollouts.rollout import HarnessError, ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.settings import config
 from rtax.settings.loads import LoadError, LoadPlan
 from rtax.store.database import Store, StoreError
@@ -129,7 +131,7 @@ def burst(
                 store=store,
                 spool=spool,
                 result=result,
-                options=ProbeOptions(deadline_s=deadline),
+                options=RolloutOptions(deadline_s=deadline),
                 progress=progress,
                 stop=stop,
             )
@@ -144,7 +146,7 @@ def run(
     store: Store,
     spool: Spool,
     result: LoadResult,
-    options: ProbeOptions | None = None,
+    options: RolloutOptions | None = None,
     progress: bool = False,
     stop: threading.Event | None = None,
 ) -> LoadResult:
@@ -155,7 +157,7 @@ def run(
         provenance = provenance_of(sub)  # once: the hot path holds no describe()
     except Exception as exc:
         raise HarnessError(f"provenance: {type(exc).__name__}: {exc}") from exc
-    runner = _Runner(sub, workload, plan, options or ProbeOptions(), provenance)
+    runner = _Runner(sub, workload, plan, options or RolloutOptions(), provenance)
     store.begin_load_run(_identity(result.load_id, plan, sub))
     with batch.progress_bar(plan.n, plan.describe(), enabled=progress) as bar:
         runner.run(store, spool, result, bar, stop)
@@ -200,7 +202,7 @@ class _Runner:
         sub: Substrate,
         workload: workloads.Workload,
         plan: LoadPlan,
-        options: ProbeOptions,
+        options: RolloutOptions,
         provenance: dict[str, Any],
     ) -> None:
         self.sub, self.workload, self.plan = sub, workload, plan

@@ -17,9 +17,10 @@ import uuid
 from datetime import UTC, datetime
 
 from rtax.compose import action_mode
+from rtax.core.options import RolloutOptions
 from rtax.core.record import RolloutRecord, failed_record
 from rtax.core.workloads import Workload
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.base import Substrate, launch_type
 
 log = logging.getLogger("rtax.service.scheduler")
@@ -42,7 +43,7 @@ def run_with_deadline(
     result: list[RolloutRecord] = []
     started = datetime.now(UTC)
     run_id = run_id or uuid.uuid4().hex
-    options = ProbeOptions(deadline_s=deadline, cancel=cancel)
+    options = RolloutOptions(deadline_s=deadline, cancel=cancel)
     worker = threading.Thread(
         target=lambda: result.append(
             run_rollout(substrate, workload, run_id=run_id, options=options)

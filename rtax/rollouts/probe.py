@@ -19,8 +19,9 @@ from typing import Any
 from rtax.analysis import stats
 from rtax.compose import ComposeError, Composition, check_database
 from rtax.core import paths, workloads
+from rtax.core.options import RolloutOptions
 from rtax.core.record import PHASES, RolloutRecord, phases_of
-from rtax.rollouts.rollout import ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.store.spool import MEMORY, Spool
 
 
@@ -136,7 +137,7 @@ def probe(
             workload = workloads.build(tier, steps=steps, seed=seed, source=source)
             if action_timeout is not None:
                 workload = with_timeout(workload, action_timeout)
-            options = ProbeOptions(deadline_s=deadline, cancel=stop)
+            options = RolloutOptions(deadline_s=deadline, cancel=stop)
             label = f"{substrate} {tier}" + (f" S={steps}" if steps else "")
             bar = progress_bar(repeat, label, enabled=progress)
             try:

@@ -24,14 +24,23 @@ is derived from the timings is `rtax.core.record`'s.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.core.failures import (
+    Cancelled,
+    CleanupFailed,
+    DeadlineExceeded,
+    HarnessError,
+    ReadyTimeout,
+    SubstrateError,
+    WorkloadFailed,
+    ready_refusal_is_final,
+)
+from rtax.core.options import RolloutOptions
 from rtax.core.record import (
     ACTION_PHASE,
     RolloutRecord,
@@ -42,66 +51,11 @@ from rtax.core.record import (
     utcnow,
 )
 from rtax.core.workloads import Action, Workload
-from rtax.substrates.base import (
-    READY_COMMAND,
-    Claims,
-    CleanupFailed,
-    Environment,
-    ReadyTimeout,
-    Substrate,
-    SubstrateError,
-    clock,
-    launch_type,
-    ready_refusal_is_final,
-)
+from rtax.substrates.base import READY_COMMAND, Claims, Environment, Substrate, clock, launch_type
 from rtax.substrates.poll import poll
 
 #: Output kept on a failed action, for the error message; full output is never stored.
 _DETAIL_CHARS = 400
-
-
-class WorkloadFailed(Exception):
-    """A command ran but did not do what the workload needs (e.g. the T2 test did not flip)."""
-
-    error_class = "workload_failed"
-
-
-class DeadlineExceeded(SubstrateError):
-    error_class = "deadline_exceeded"
-
-
-class HarnessError(Exception):
-    """rtax itself failed (its git daemon, its database, its own bookkeeping), not the
-    substrate: kept as a row, shown apart, never counted against the substrate's success rate
-    (docs/measurement.md#failures)."""
-
-    error_class = "harness_error"
-
-
-class Cancelled(SubstrateError):
-    """The caller asked the rollout to stop; its record is half a rollout and not to be kept."""
-
-    error_class = "cancelled"
-
-
-@dataclass
-class ProbeOptions:
-    """Timeouts of one rollout. The deadline bounds the whole rollout's wall time."""
-
-    running_timeout_s: float = 300.0
-    ready_timeout_s: float = 120.0
-    cleanup_timeout_s: float = 120.0
-    deadline_s: float = 3600.0
-    #: The fixed pause between ready attempts (docs/measurement.md#resolution): short, because the
-    #: pause before the successful attempt is the ready phase's resolution; not shorter, because an
-    #: instantly failing attempt must not become tens of thousands of sample rows (at most
-    #: ready_timeout_s / ready_interval_s of them).
-    ready_interval_s: float = 0.02
-    #: set from outside (a scheduler shutting down) to end the rollout at its next step
-    cancel: threading.Event | None = None
-    #: told once when the rollout starts, before its create request, with that moment on the
-    #: `now` timeline: a load run measures each launch's dispatch lag against it (docs/load.md)
-    on_start: Callable[[float], None] | None = None
 
 
 def _size(text: str, reported: int | None) -> int:
@@ -117,7 +71,7 @@ class _Rollout:
         substrate: Substrate,
         workload: Workload,
         run_id: str,
-        options: ProbeOptions,
+        options: RolloutOptions,
         now: Callable[[], float],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -378,7 +332,7 @@ def run_rollout(
     workload: Workload,
     *,
     run_id: str | None = None,
-    options: ProbeOptions | None = None,
+    options: RolloutOptions | None = None,
     now: Callable[[], float] = clock,
     provenance: dict[str, Any] | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -408,7 +362,7 @@ def run_rollout(
                 launch_type=launch_type(substrate),
             )
     started_at = utcnow()
-    state = _Rollout(substrate, workload, run_id, options or ProbeOptions(), now, sleep)
+    state = _Rollout(substrate, workload, run_id, options or RolloutOptions(), now, sleep)
     if state.opt.on_start is not None:
         state.opt.on_start(state.t0)
     try:

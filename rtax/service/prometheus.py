@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rtax.analysis.stats import OWN_ERRORS
+from rtax.core.failures import HARNESS_ERROR, OWN_ERRORS
 from rtax.core.record import LOCAL_VANTAGE, PHASES, UNKNOWN_FIDELITY, RolloutRecord
 from rtax.settings.config import MetricsSettings
 from rtax.store.database import Store
@@ -88,7 +88,7 @@ def outcome(run: Mapping[str, Any]) -> tuple[str, str]:
     if run.get("status") == "ok":
         return "ok", "none"
     cls = str(run.get("error_class") or "unknown")
-    return ("harness_error" if cls in OWN_ERRORS else "failed"), cls
+    return (HARNESS_ERROR if cls in OWN_ERRORS else "failed"), cls
 
 
 class Metrics:

@@ -39,16 +39,16 @@ from rtax.assets.attrs import Fixture
 from rtax.compose import Composition, Factory, configured_fidelity, prepare
 from rtax.core import redaction
 from rtax.core.record import RolloutRecord
-from rtax.rollouts.engines import base as engine
+from rtax.rollouts import engines
 from rtax.rollouts.engines.base import RolloutSpec, setup_failure
 from rtax.service import alerts, budget
 from rtax.service import detection as monitor
 from rtax.service import prometheus as metrics
 from rtax.service.lock import LockHeld, SchedulerLock
-from rtax.settings.config import Config, Plan, SubstrateConfig, build_substrate
+from rtax.settings.config import Config, Plan, SubstrateConfig
 from rtax.store.database import Store
 from rtax.store.spool import Spool
-from rtax.substrates import reaper
+from rtax.substrates import build_substrate, reaper
 
 __all__ = ["LockHeld", "Prober", "SchedulerLock", "configured_fidelity"]
 
@@ -97,7 +97,7 @@ class Prober:
         #: posts incident alerts while it runs (None: no webhook configured)
         self.notifier: alerts.Notifier | None = None
         #: where its rollouts run (`rtax.rollouts.engines.base`: these threads, or a Ray cluster)
-        self.engine = engine.make(config.engine, self.compose, self.cancel)
+        self.engine = engines.make(config.engine, self.compose, self.cancel)
 
     @property
     def emulations(self) -> list[Any]:

@@ -12,7 +12,6 @@ database) are relative to the file.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import re
@@ -23,16 +22,15 @@ from typing import Any
 
 from rtax.analysis import rules
 from rtax.analysis.status import StatusRules
-from rtax.core import paths, redaction, workloads
-from rtax.dashboard.serve import Dashboard
-from rtax.dashboard.serve import parse as parse_dashboard
-from rtax.emulation import connection_params
-from rtax.emulation import kinds as emulation_kinds
+from rtax.core import paths, workloads
+from rtax.core.kinds import EMULATIONS, NAMED, connection_params, parameters
+from rtax.core.kinds import SUBSTRATES as REGISTRY
 from rtax.planning import pricing
 from rtax.settings import engine as engine_settings
 from rtax.settings import loads as loadplan
-from rtax.substrates import NAMED, REGISTRY, get_substrate, substrate_class
-from rtax.substrates.pool import PoolSettings
+from rtax.settings.dashboard import Dashboard
+from rtax.settings.dashboard import parse as parse_dashboard
+from rtax.settings.pool import PoolSettings
 
 DEFAULT_FILE = "rtax.toml"
 #: Parameter names that look like secrets: their values must not be in the file.
@@ -143,19 +141,6 @@ class Config:
     engine: engine_settings.EngineSettings = field(default_factory=engine_settings.EngineSettings)
 
 
-def build_substrate(conf: SubstrateConfig, overrides: dict[str, Any] | None = None) -> Any:
-    """The substrate a configuration entry describes: its parameters, each ``*_env`` one
-    replaced by the value of the environment variable it names (read now, never stored), then
-    `overrides`. The one place where a configured name becomes a substrate (CLI and scheduler)."""
-    params = {k: v for k, v in conf.params.items() if not k.endswith("_env")}
-    named = {k[:-4]: v for k, v in conf.params.items() if k.endswith("_env")}
-    from_env = {k: os.environ[v] for k, v in named.items() if v in os.environ}
-    redaction.register(*from_env.values())  # a credential read is a credential held
-    params.update(from_env)
-    params.update(overrides or {})
-    return get_substrate(conf.kind, name=conf.name, **params)
-
-
 def duration(value: Any) -> float:
     """Seconds from a number or a string such as "90s", "10m", "1.5h", "2d"."""
     if isinstance(value, bool):
@@ -174,11 +159,7 @@ def duration(value: Any) -> float:
 
 def _parameters(kind: str) -> set[str] | None:
     """The constructor parameters of a substrate kind (None if it can't be imported here)."""
-    try:
-        init = inspect.signature(substrate_class(kind).__init__)
-    except Exception:
-        return None
-    return {n for n in init.parameters if n not in ("self", "name")}
+    return parameters(kind)
 
 
 def find(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -297,7 +278,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         emulate = entry.get("emulate", False)
         if not isinstance(emulate, bool):
             bad(f"{key}.emulate", "must be true or false")
-        elif emulate and kind and kind not in emulation_kinds():
+        elif emulate and kind and kind not in EMULATIONS:
             bad(f"{key}.emulate", f"a {kind} substrate has no emulation")
         elif emulate:
             for pname in connection_params(params):

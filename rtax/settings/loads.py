@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rtax.analysis.envelope import Bounds
 from rtax.core import workloads
 
 SHAPES: tuple[str, ...] = ("sequential", "staggered", "burst")
@@ -113,17 +114,6 @@ class LoadPlan:
         every = f" every {self.every_s * 1000:g} ms" if self.every_s is not None else ""
         steps = f" S={self.steps}" if self.steps else ""
         return f"{self.shape} of {self.n}{every}: {self.substrate} {self.tier}{steps}"
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """What breaks a substrate's envelope (docs/load.md#the-envelope): time-to-first-command
-    p95 above `ttfc_p95_max_s` (unset: no absolute bound) or above `ttfc_p95_ratio_max` times
-    the p95 at the lowest concurrency measured, or a failure rate above `failure_rate_max`."""
-
-    ttfc_p95_max_s: float | None = None
-    ttfc_p95_ratio_max: float = 2.0
-    failure_rate_max: float = 0.05
 
 
 def parse_loads(

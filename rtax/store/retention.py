@@ -28,7 +28,8 @@ from typing import Any
 import pandas as pd
 
 from rtax.analysis.sketch import Sketch
-from rtax.analysis.stats import OWN_ERRORS, attempts
+from rtax.analysis.stats import attempts
+from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
 from rtax.store.database import YIELD_S, Store
 

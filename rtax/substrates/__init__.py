@@ -2,41 +2,25 @@
 
 Why lazy: `kubernetes`, `boto3` or `daytona` are slow to import and irrelevant to someone who only
 probes `local`; a kind's module is imported the first time that kind is asked for (the fsspec
-habit, docs/adding-a-substrate.md). Adding a substrate touches its own module and one line here.
+habit, docs/adding-a-substrate.md). Adding a substrate touches its own module and one line of `rtax.core.kinds`.
 """
 
 from __future__ import annotations
 
-import importlib
+import os
 from typing import Any
 
+from rtax.core import kinds, redaction
 from rtax.substrates.base import Substrate
 
-#: kind -> "module:Class"
-REGISTRY: dict[str, str] = {
-    "local": "rtax.substrates.local:LocalSubstrate",
-    "docker": "rtax.substrates.docker.substrate:DockerSubstrate",
-    "kubernetes": "rtax.substrates.kubernetes:KubernetesSubstrate",
-    "ec2": "rtax.substrates.ec2:Ec2Substrate",
-    "daytona": "rtax.substrates.daytona:DaytonaSubstrate",
-    "podman": "rtax.substrates.podman:PodmanSubstrate",
-}
+#: kind -> "module:Class" (`rtax.core.kinds`, where the configuration reads it too)
+REGISTRY: dict[str, str] = kinds.SUBSTRATES
 
 #: Built-in substrate names: name -> (kind, parameters). A configuration file adds more.
-NAMED: dict[str, tuple[str, dict[str, Any]]] = {
-    "local": ("local", {}),
-    "docker": ("docker", {}),
-    "docker-gvisor": ("docker", {"runtime": "runsc"}),
-    "podman": ("podman", {}),
-    # The clouds, configured by their clients' usual environment (kubeconfig, AWS's credential
-    # chain, DAYTONA_API_KEY); while `rtax emulate` runs, the CLI points them at the emulation.
-    "kubernetes": ("kubernetes", {}),
-    "ec2": ("ec2", {}),
-    "daytona": ("daytona", {}),
-}
+NAMED: dict[str, tuple[str, dict[str, Any]]] = kinds.NAMED
 
 
-class UnknownSubstrate(ValueError):
+class UnknownSubstrate(kinds.UnknownKind):
     """The kind is not in the registry."""
 
 
@@ -48,12 +32,9 @@ def kinds() -> list[str]:
 def substrate_class(kind: str) -> type:
     """Import and return the class registered for `kind`."""
     try:
-        target = REGISTRY[kind]
-    except KeyError:
-        known = ", ".join(kinds())
-        raise UnknownSubstrate(f"unknown substrate kind {kind!r} (known: {known})") from None
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+        return kinds.load(REGISTRY, kind)
+    except kinds.UnknownKind as exc:
+        raise UnknownSubstrate(str(exc)) from None
 
 
 def get_substrate(kind: str, name: str | None = None, **params: Any) -> Substrate:
@@ -64,3 +45,17 @@ def get_substrate(kind: str, name: str | None = None, **params: Any) -> Substrat
 def names() -> list[str]:
     """Built-in substrate names, sorted."""
     return sorted(NAMED)
+
+
+def build_substrate(conf: Any, overrides: dict[str, Any] | None = None) -> Substrate:
+    """The substrate a configuration entry (`rtax.settings.SubstrateConfig`) describes: its
+    parameters, each ``*_env`` one replaced by the value of the environment variable it names
+    (read now, never stored), then `overrides`. The one place where a configured name becomes a
+    substrate (CLI, scheduler, and a Ray node running a rollout)."""
+    params = {k: v for k, v in conf.params.items() if not k.endswith("_env")}
+    named = {k[:-4]: v for k, v in conf.params.items() if k.endswith("_env")}
+    from_env = {k: os.environ[v] for k, v in named.items() if v in os.environ}
+    redaction.register(*from_env.values())  # a credential read is a credential held
+    params.update(from_env)
+    params.update(overrides or {})
+    return get_substrate(conf.kind, name=conf.name, **params)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from rtax.core import redaction
+from rtax.core.failures import SubstrateError
 
 #: The one clock for durations and milestones: monotonic, high resolution. Wall-clock time is used
 #: only for UTC timestamps, never for durations.
@@ -136,74 +137,6 @@ class Leftover(Environment):
     owner: str | None = None
     detail: str = ""
     expires_at: str | None = None
-
-
-class SubstrateError(Exception):
-    """A failure of the substrate; `error_class` is what the run row records."""
-
-    error_class = "substrate_error"
-    #: The ready phase retries a failing first command until its timeout (a starting
-    #: environment may refuse commands for a while); a permanent error, one no retry can change
-    #: (an exec refused as forbidden), ends it at once instead.
-    permanent = False
-
-
-class CreateFailed(SubstrateError):
-    error_class = "create_failed"
-
-
-class CreateTimeout(SubstrateError):
-    error_class = "create_timeout"
-
-
-class ReadyTimeout(SubstrateError):
-    error_class = "ready_timeout"
-
-
-class RateLimited(SubstrateError):
-    error_class = "rate_limited"
-
-
-class ExecError(SubstrateError):
-    """The command could not be run at all (a non-zero exit code is not an ExecError)."""
-
-    error_class = "exec_error"
-
-
-class CommandTimeout(SubstrateError):
-    """The command ran past its timeout and was killed."""
-
-    error_class = "action_timeout"
-
-
-class EnvironmentLost(SubstrateError):
-    """The environment disappeared under the rollout (killed from outside, deleted, evicted)."""
-
-    error_class = "environment_lost"
-
-
-class CleanupFailed(SubstrateError):
-    error_class = "cleanup_failed"
-
-
-class ClaimTimeout(SubstrateError):
-    """A warm pool had no environment to hand over within the claim's timeout (it stayed empty:
-    its refills were too slow, or kept failing; the message says which)."""
-
-    error_class = "claim_timeout"
-
-
-#: Error classes that end the ready phase at once instead of being retried: a substrate that
-#: already retried a rate limit with back-off and gave up has answered for good, as has an
-#: environment that is gone or a first command that hung.
-READY_FINAL = ("environment_lost", "action_timeout", "rate_limited")
-
-
-def ready_refusal_is_final(exc: SubstrateError) -> bool:
-    """Whether a failed ready attempt ends the ready phase (else it is retried until the ready
-    timeout: a starting environment may refuse commands for a while). One rule for the probe
-    runner's ready phase and a warm pool's own."""
-    return exc.permanent or exc.error_class in READY_FINAL
 
 
 def redacting(method: Callable[..., Any]) -> Callable[..., Any]:

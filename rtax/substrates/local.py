@@ -26,18 +26,15 @@ from typing import Any
 
 from rtax.assets import toolchain
 from rtax.core import paths
-from rtax.substrates import kit
-from rtax.substrates.base import (
+from rtax.core.failures import (
     CleanupFailed,
-    CommandResult,
     CommandTimeout,
     CreateFailed,
-    Environment,
     EnvironmentLost,
     ExecError,
-    Leftover,
-    clock,
 )
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, Leftover, clock
 
 #: The system's standard folders, after the toolchain on every command's PATH (as in the image).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

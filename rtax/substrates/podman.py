@@ -35,20 +35,17 @@ from typing import Any
 
 from rtax.assets import toolchain
 from rtax.assets.image import RUNNER_IMAGE
-from rtax.substrates import kit
-from rtax.substrates.base import (
+from rtax.core.failures import (
     CleanupFailed,
-    CommandResult,
     CreateFailed,
     CreateTimeout,
-    Environment,
     EnvironmentLost,
     ExecError,
-    Leftover,
     ReadyTimeout,
     SubstrateError,
-    clock,
 )
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, Leftover, clock
 
 #: A state check is one ``podman inspect`` process (tens of ms by itself); the pause between
 #: checks is short beside it, so the resolution stays near one check's cost.

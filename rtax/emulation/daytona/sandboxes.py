@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.core.failures import SubstrateError
 from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.daytona.api import ORGANIZATION_ID, HttpError
 from rtax.emulation.faults import Fault, Faults
-from rtax.substrates.base import Environment, SubstrateError, clock
+from rtax.substrates.base import Environment, clock
 
 BACKING_NAME = "daytona-emulation"
 

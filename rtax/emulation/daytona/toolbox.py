@@ -18,9 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtax.core.failures import CommandTimeout, SubstrateError
 from rtax.emulation.daytona.api import HttpError
 from rtax.emulation.daytona.sandboxes import Sandbox, Sandboxes
-from rtax.substrates.base import CommandTimeout, SubstrateError
 
 #: The daemon runs process.execute without a timeout when none is given; the emulation bounds it.
 NO_TIMEOUT_S = 3600.0

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.core.failures import SubstrateError
 from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.faults import Fault, Faults
-from rtax.substrates.base import Environment, SubstrateError
+from rtax.substrates.base import Environment
 from rtax.substrates.docker.substrate import DockerSubstrate
 
 

@@ -10,7 +10,7 @@ once whatever the engine does), and hand back a future of the finished record, w
 writer (the scheduler's spool) stores. `rtax burst` can drive the same engines.
 
 - A spec names credentials, never carries them: its substrate entry holds ``*_env`` parameters
-  (the names of environment variables), which `rtax.settings.config.build_substrate` reads where the
+  (the names of environment variables), which `rtax.substrates.build_substrate` reads where the
   rollout runs: on a Ray node, from the node's own environment.
 - Every record is stamped with its vantage (where it ran: ``local``, or a Ray node's label) and
   its engine in provenance.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -31,26 +30,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rtax.analysis.stats import ENGINE_ERROR
-from rtax.compose import Composition, configured_fidelity, prepare
+from rtax.compose import configured_fidelity
 from rtax.core import workloads
+from rtax.core.failures import HARNESS_ERROR, SETUP_ERROR, HarnessError
 from rtax.core.record import RolloutRecord, failed_record
 from rtax.core.workloads import RepoSource, Workload
-from rtax.rollouts.deadline import run_with_deadline
-from rtax.rollouts.rollout import HarnessError
 from rtax.settings.config import SubstrateConfig
-from rtax.settings.engine import EngineSettings
 from rtax.store.database import StoreError
 from rtax.substrates import reaper
 from rtax.substrates.base import Substrate
 
 Log = Callable[[str], None]
-
-
-class EngineError(Exception):
-    """The engine failed the rollout (docs/ray.md#failures): rtax's own trouble."""
-
-    error_class = ENGINE_ERROR
 
 
 @dataclass(frozen=True)
@@ -126,7 +116,7 @@ def setup_failure(
     (its git daemon, its database) is a `harness_error`; anything else (the substrate could not
     be built or reached) a `setup_error`. `fidelity`: the substrate's, when it was built."""
     harness = isinstance(exc, (HarnessError, StoreError, sqlite3.Error))
-    error_class = HarnessError.error_class if harness else "setup_error"
+    error_class = HARNESS_ERROR if harness else SETUP_ERROR
     return failure(spec, error_class, f"{type(exc).__name__}: {exc}", fidelity)
 
 
@@ -173,75 +163,3 @@ def settle(future: Future[RolloutRecord | None], outcome: RolloutRecord | None) 
     except Exception:  # InvalidStateError: already resolved
         return False
     return True
-
-
-# -- the local engine ------------------------------------------------------------------------------
-
-
-class LocalEngine:
-    """Today's threads: each rollout in a worker thread of the scheduler's process, with the
-    wall-clock backstop of `rtax.rollouts.deadline`. Substrates come from the scheduler's `Composition`
-    (its factory, its emulations, its git servers)."""
-
-    name = "local"
-
-    def __init__(
-        self,
-        compose: Composition,
-        cancel: threading.Event,
-        settings: EngineSettings | None = None,
-    ) -> None:
-        self.compose = compose
-        self.cancel = cancel
-        self.vantage = (settings or EngineSettings()).vantage
-
-    def start(self) -> None:
-        """Nothing to join: the threads are this process's."""
-
-    def submit(self, spec: RolloutSpec) -> Future[RolloutRecord | None]:
-        """Set the rollout up here, in the caller's thread (the scheduler's plan worker: a git
-        daemon dies with the thread that started it), then run it in a thread of its own."""
-        future: Future[RolloutRecord | None] = Future()
-        # with a warm pool in the entry, the pool it claims from (`Composition.for_rollouts`)
-        built = build(spec, self.compose.for_rollouts, self.compose.source)
-        if isinstance(built, RolloutRecord):
-            settle(future, self._stamped(built))
-            return future
-        substrate, workload = built
-
-        def run() -> None:
-            try:
-                record = run_with_deadline(
-                    substrate, workload, spec.deadline_s, self.cancel, run_id=spec.run_id
-                )
-                if record is not None and record.run["error_class"] == "cancelled":
-                    record = None  # stopping: half a rollout is no sample, nor a failure
-                settle(future, None if record is None else self._stamped(record))
-            except BaseException as exc:  # never leave the scheduler waiting on a future
-                settle(future, failure(spec, HarnessError.error_class, repr(exc)))
-                raise
-
-        threading.Thread(target=run, name=f"engine-{spec.run_id[:8]}", daemon=True).start()
-        return future
-
-    def _stamped(self, record: RolloutRecord) -> RolloutRecord:
-        return stamp(record, self.vantage, {"kind": self.name, "vantage": self.vantage})
-
-    def prepare(self, conf: SubstrateConfig, log: Log) -> None:
-        prepare(self.compose.build(conf), log)
-
-    def sweep(self, confs: Sequence[SubstrateConfig], log: Any) -> list[reaper.Orphan]:
-        by_name = {c.name: c for c in confs}
-        return reaper.sweep(list(by_name), lambda n: self.compose.build(by_name[n]), log)
-
-    def close(self) -> None:
-        """Nothing of its own: the composition is the scheduler's."""
-
-
-def make(settings: EngineSettings, compose: Composition, cancel: threading.Event) -> Engine:
-    """The engine `settings` name (Ray imported only when asked for)."""
-    if settings.kind == "ray":
-        from rtax.rollouts.engines.ray import RayEngine
-
-        return RayEngine(settings, cancel)
-    return LocalEngine(compose, cancel, settings)

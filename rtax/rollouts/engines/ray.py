@@ -36,13 +36,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.analysis.stats import ENGINE_ERROR
 from rtax.compose import Composition, prepare
 from rtax.core import redaction
+from rtax.core.failures import ENGINE_ERROR, HarnessError
+from rtax.core.options import RolloutOptions
 from rtax.core.record import RolloutRecord
 from rtax.rollouts.deadline import STOP_GRACE_S
 from rtax.rollouts.engines.base import Log, RolloutSpec, build, failure, settle, stamp
-from rtax.rollouts.rollout import HarnessError, ProbeOptions, run_rollout
+from rtax.rollouts.rollout import run_rollout
 from rtax.settings.config import SubstrateConfig
 from rtax.settings.engine import EngineSettings
 from rtax.substrates import reaper
@@ -379,7 +380,7 @@ def node_rollout(spec: RolloutSpec, label: str) -> RolloutRecord:
         return stamp(built, node.vantage, node.info)
     substrate, workload = built
     try:
-        options = ProbeOptions(deadline_s=spec.deadline_s)
+        options = RolloutOptions(deadline_s=spec.deadline_s)
         record = run_rollout(substrate, workload, run_id=spec.run_id, options=options)
     finally:
         with contextlib.suppress(Exception):  # releasing, not measuring

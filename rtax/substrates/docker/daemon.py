@@ -30,7 +30,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from rtax.assets import toolchain
-from rtax.substrates.base import SubstrateError
+from rtax.core.failures import SubstrateError
 
 #: The bound of the engine calls made in this context (None: the client's own default).
 _CALL_TIMEOUT: ContextVar[float | None] = ContextVar("rtax_docker_call_timeout", default=None)

@@ -27,7 +27,8 @@ import socket
 import struct
 from typing import Any
 
-from rtax.substrates.base import CommandResult, CommandTimeout, EnvironmentLost, ExecError, clock
+from rtax.core.failures import CommandTimeout, EnvironmentLost, ExecError
+from rtax.substrates.base import CommandResult, clock
 
 _PIDFILE = "/tmp/.rtax-session-pid"
 _DRAIN_S = 5.0

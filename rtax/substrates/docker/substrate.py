@@ -22,20 +22,17 @@ from importlib import metadata
 from typing import Any
 
 from rtax.assets.image import RUNNER_IMAGE
-from rtax.substrates import kit
-from rtax.substrates.base import (
+from rtax.core.failures import (
     CleanupFailed,
-    CommandResult,
     CreateFailed,
     CreateTimeout,
-    Environment,
     EnvironmentLost,
     ExecError,
-    Leftover,
     RateLimited,
     ReadyTimeout,
-    clock,
 )
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, Leftover, clock
 from rtax.substrates.docker import daemon as docker_engine
 
 MODES = ("exec", "session")

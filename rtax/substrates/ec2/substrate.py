@@ -14,18 +14,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from rtax.core.failures import CreateFailed, CreateTimeout, ExecError, ReadyTimeout, SubstrateError
 from rtax.substrates import kit
 from rtax.substrates.base import (
     FIDELITIES,
     CommandResult,
-    CreateFailed,
-    CreateTimeout,
     Environment,
-    ExecError,
     Leftover,
     RateLimitWait,
-    ReadyTimeout,
-    SubstrateError,
     clock,
     redacting,
 )
