@@ -5,6 +5,7 @@ import math
 import streamlit as st
 
 from rtax.analysis import stats
+from rtax.core.series import workload_name
 from rtax.dashboard import (
     data,
     explore,
@@ -261,7 +262,7 @@ else:
     tier, length = s1.selectbox(
         "Rollouts",
         shapes,
-        format_func=lambda w: stats.workload_label(*w),
+        format_func=lambda w: workload_name(*w),
         **urlstate.bound("proj_step_workload"),
     )
     durations = fleet.samples(sample, "episode_s", tier=tier, steps=length)

@@ -29,7 +29,7 @@ from rtax.assets.attrs import Fixture, GitServer
 from rtax.core import paths
 from rtax.core.failures import HarnessError, SubstrateError
 from rtax.core.options import RolloutOptions
-from rtax.core.record import UNKNOWN_FIDELITY
+from rtax.core.series import UNKNOWN_FIDELITY
 from rtax.core.workloads import RepoSource
 from rtax.settings import config as configuration
 from rtax.settings.config import Config, ConfigError, SubstrateConfig

@@ -12,8 +12,10 @@ import sqlite_utils
 
 from rtax.analysis import incidents
 from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.core.series import Series
 from rtax.service import detection as monitor
-from rtax.store.database import Store, migrations
+from rtax.store import migrations
+from rtax.store.database import Store
 from tests.factories import make_record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -99,8 +101,8 @@ def test_warm_claims_beside_cold_starts_are_two_series_not_a_change(store: Store
     seen = store.series_seen(monitor.stamp(T0))
     assert sorted(seen["launch_type"]) == ["cold", "warm"]
     warm = seen[seen["launch_type"] == "warm"].iloc[0]
-    assert incidents.series_key(warm) == "local T0 S=0 exec real warm"
-    assert incidents.series_key(seen[seen["launch_type"] == "cold"].iloc[0]) == (
+    assert Series.of(warm).key == "local T0 S=0 exec real warm"
+    assert Series.of(seen[seen["launch_type"] == "cold"].iloc[0]).key == (
         "local T0 S=0 exec real"  # a cold series keeps the key it always had
     )
 

@@ -15,7 +15,8 @@ import pytest
 from factories import make_action, make_run
 from rtax.analysis.sketch import EXACT_LIMIT
 from rtax.core.record import RolloutRecord
-from rtax.store.database import Store, StoreError, retention
+from rtax.store import retention
+from rtax.store.database import Store, StoreError
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

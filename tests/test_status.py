@@ -13,8 +13,8 @@ import pytest
 
 from factories import make_record
 from rtax.analysis import status
-from rtax.analysis.incidents import series_key
 from rtax.analysis.status import StatusRules, judge
+from rtax.core.series import Series
 from rtax.settings import config
 from rtax.store.database import Store
 
@@ -133,8 +133,8 @@ def test_a_card_carries_the_days_figures_from_the_store(tmp_path: Path) -> None:
             make_record("old", substrate="docker", kind="docker", time_to_first_command_s=9.0,
                         started_at=(now - timedelta(days=2)).isoformat())
         )  # fmt: skip
-        key = series_key({"substrate": "docker", "tier": "T0", "steps": 0, "mode": "exec",
-                          "fidelity": "real"})  # fmt: skip
+        key = Series.of({"substrate": "docker", "tier": "T0", "steps": 0, "mode": "exec",
+                         "fidelity": "real"}).key  # fmt: skip
         store.add_incident({"series": key, "substrate": "docker", "tier": "T0", "steps": 0,
                             "mode": "exec", "fidelity": "real", "metric": "time_to_first_command",
                             "rule": "ttfc-change", "detector": "binseg", "start": now.isoformat(),

@@ -14,7 +14,8 @@ import sqlite_utils
 from factories import make_action, make_record, make_run
 from rtax.core.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
 from rtax.store import database as store_module
-from rtax.store.database import Store, StoreError, migrations
+from rtax.store import migrations
+from rtax.store.database import Store, StoreError
 from rtax.store.migrations import SCHEMA_VERSION
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 from factories import make_record
 from rtax.analysis import status, timeline
 from rtax.dashboard import data
-from rtax.store.database import Store, retention
+from rtax.store import retention
+from rtax.store.database import Store
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 

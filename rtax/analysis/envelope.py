@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from rtax.analysis import stats
+from rtax.core.series import DIMENSIONS
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,9 @@ class Bounds:
     failure_rate_max: float = 0.05
 
 
-SERIES: tuple[str, ...] = ("substrate", "mode", "fidelity", "tier", "steps")
+#: The series of a load run (`rtax.core.series`) less its launch type and vantage, which a
+#: load run does not record: `rtax burst` launches cold starts from this host (docs/load.md).
+SERIES: tuple[str, ...] = tuple(d for d in DIMENSIONS if d not in ("launch_type", "vantage"))
 #: CPU seconds per second at which the harness counts as saturated: its Python threads share
 #: one interpreter lock, so about one core is all they get, whatever the host has.
 SATURATED_CPU_CORES = 0.8

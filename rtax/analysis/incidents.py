@@ -28,7 +28,6 @@ import pandas as pd
 
 from rtax.analysis import changepoint, stats
 from rtax.analysis.rules import Detection, Rule
-from rtax.core.record import LOCAL_VANTAGE
 
 #: The runs column of each latency metric.
 COLUMNS = {"time_to_first_command": "time_to_first_command_s", "episode": "episode_s"}
@@ -63,18 +62,6 @@ class Verdict:
 def stamp(moment: datetime) -> str:
     """The store's timestamp format (that of ``started_at``), which compares as text."""
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def series_key(row: Any) -> str:
-    """One series as one text: ``docker T2 S=10 session real``, then `` warm`` for a warm
-    pool's claims and ``@ eu`` when it was seen from a vantage other than the local one
-    (docs/ray.md#vantages); a cold, local series keeps the text it had before either existed."""
-    key = f"{row['substrate']} {row['tier']} S={int(row['steps'])} {row['mode']} {row['fidelity']}"
-    get = row.get if hasattr(row, "get") else (lambda _name: None)
-    if get("launch_type") == "warm":
-        key += " warm"
-    vantage = get("vantage")
-    return key if vantage in (None, LOCAL_VANTAGE) else f"{key} @ {vantage}"
 
 
 def latency(runs: pd.DataFrame, metric: str) -> pd.DataFrame:

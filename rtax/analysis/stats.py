@@ -25,12 +25,19 @@ import pandas as pd
 
 # The parts of wall time and the derived per-run metrics shown beside them (rtax.core.record).
 from rtax.core.failures import OWN_ERRORS
-from rtax.core.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.series import (
+    DIMENSIONS,
+    LOCAL_VANTAGE,
+    MISSING,
+    series_name,
+    workload_name,
+)
 
 QUANTILES = (50, 95, 99)
-#: What may be aggregated together by default: never across action modes or fidelities (nor
-#: launch types: the pages group by `add_series`'s series, which holds it).
-DEFAULT_GROUP = ("substrate", "mode", "fidelity", "tier", "steps")
+#: What may be aggregated together by default: one series (`rtax.core.series`), never across
+#: action modes, fidelities, launch types or vantages.
+DEFAULT_GROUP = DIMENSIONS
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -223,35 +230,6 @@ def trajectory_fits(runs: pd.DataFrame, by: str = "series") -> dict[str, Traject
     }
 
 
-def series_label(
-    substrate: str,
-    mode: str | None,
-    fidelity: str | None,
-    launch_type: str | None = None,
-    vantage: str | None = None,
-) -> str:
-    """The name of a series: what may be aggregated together (one substrate, one action mode,
-    one fidelity, one launch type, seen from one vantage). Exec mode, real fidelity, cold
-    starts and the local vantage are the unmarked defaults; a warm pool's rollouts are
-    ``docker · warm`` (docs/measurement.md#warm-pools), another vantage's ``docker @ eu``
-    (docs/ray.md#vantages)."""
-    label = substrate
-    if mode and mode != "exec":
-        label += f" · {mode}"
-    if launch_type == "warm":
-        label += " · warm"
-    if fidelity and fidelity != "real":
-        label += f" [{fidelity}]"
-    if vantage and vantage != LOCAL_VANTAGE:
-        label += f" @ {vantage}"
-    return label
-
-
-def workload_label(tier: str, steps: int) -> str:
-    """ "T1" for a tier's fixed script, "T2 S=50" for a 50-action trajectory."""
-    return tier if not steps else f"{tier} S={int(steps)}"
-
-
 #: Appended to the series label of runs whose workload toolchain is not the local floor's.
 NOT_COMPARABLE = " (toolchain ≠ floor)"
 
@@ -281,7 +259,7 @@ def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
         out["comparable"] = pd.Series(dtype=bool)
         return out
     out["comparable"] = comparable(out, floor).to_numpy()
-    # The rules of series_label / workload_label, applied once per distinct key and mapped back
+    # The rules of `Series.name` / `Series.workload`, applied once per distinct key and mapped back
     # (a few keys, up to 100,000 runs: the dashboard reads this on every page).
     launch = out["launch_type"] if "launch_type" in out else pd.Series("cold", index=out.index)
     vantage = out["vantage"] if "vantage" in out else pd.Series(LOCAL_VANTAGE, index=out.index)
@@ -289,17 +267,17 @@ def add_series(runs: pd.DataFrame, floor: str | None = None) -> pd.DataFrame:
         pd.MultiIndex.from_arrays(
             [
                 out["substrate"],
-                out["mode"].fillna("exec"),
-                out["fidelity"].fillna("real"),
-                launch.fillna("cold"),
-                vantage.fillna(LOCAL_VANTAGE),
+                out["mode"].fillna(MISSING["mode"]),
+                out["fidelity"].fillna(MISSING["fidelity"]),
+                launch.fillna(MISSING["launch_type"]),
+                vantage.fillna(MISSING["vantage"]),
             ]
         )
     )
-    out["series"] = np.array([series_label(*k) for k in keys], dtype=object)[codes]
+    out["series"] = np.array([series_name(*k) for k in keys], dtype=object)[codes]
     out.loc[~out["comparable"], "series"] += NOT_COMPARABLE
     codes, keys = pd.factorize(
         pd.MultiIndex.from_arrays([out["tier"], out["steps"].fillna(0).astype(int)])
     )
-    out["workload"] = np.array([workload_label(*k) for k in keys], dtype=object)[codes]
+    out["workload"] = np.array([workload_name(*k) for k in keys], dtype=object)[codes]
     return out

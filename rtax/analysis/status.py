@@ -31,11 +31,11 @@ import numpy as np
 import pandas as pd
 
 from rtax.analysis import stats
-from rtax.store.incidents import SERIES_COLUMNS
+from rtax.core.series import DIMENSIONS, Series
 
 STATES = ("up", "degraded", "down", "stale")
-#: The columns that make a series: the incidents' (`rtax.store.incidents.SERIES_COLUMNS`).
-SERIES = SERIES_COLUMNS
+#: The columns that make a series (`rtax.core.series`).
+SERIES = DIMENSIONS
 #: The runs columns a card reads.
 COLUMNS = ("started_at", "status", "error_class", "time_to_first_command_s")
 
@@ -142,19 +142,18 @@ def cards(
     plans: Iterable[Any],
     rules: StatusRules,
     now: datetime,
-    series_key: Callable[[Mapping[str, Any]], str],
 ) -> list[Card]:
     """A card per series of `seen` (a row per series: its `SERIES` columns and ``last``, the
     newest ``started_at``). `day`: per series the last 24 hours' time-to-first-command
     (``runs`` (attempts), ``ok``, ``n``, ``p50``, ``p95``); `recent(series)`: its newest runs
     (`COLUMNS`, within the day for the sparkline); `incidents`: the open ones."""
     plans = list(plans)
-    by_key = {k: row for k, row in _rows(day, series_key)}
+    by_key = {k: row for k, row in _rows(day)}
     open_by: dict[str, list[int]] = {}
     for incident in incidents:
         open_by.setdefault(str(incident["series"]), []).append(int(incident["id"]))
     out = []
-    for key, row in _rows(seen, series_key):
+    for key, row in _rows(seen):
         last = pd.Timestamp(row["last"])
         age = max(0.0, (pd.Timestamp(now) - last).total_seconds())
         runs = recent(row)
@@ -202,14 +201,7 @@ def cards(
 def label(series: Mapping[str, Any]) -> str:
     """A series as a person reads it, the pages' series and workload labels together:
     ``docker · session · T2 S=50``, ``daytona [emulated] · T0``."""
-    name = stats.series_label(
-        series["substrate"],
-        series["mode"],
-        series["fidelity"],
-        series.get("launch_type"),
-        series.get("vantage"),
-    )
-    return f"{name} · {stats.workload_label(series['tier'], int(series['steps']))}"
+    return Series.of(series).label
 
 
 def sparkline(
@@ -253,10 +245,10 @@ def _red(mark: str) -> str:
     return mark.replace("<line ", '<line stroke="#d62728" stroke-width="1.5" ')
 
 
-def _rows(frame: pd.DataFrame, series_key: Callable[[Mapping[str, Any]], str]) -> list:
+def _rows(frame: pd.DataFrame) -> list:
     if frame is None or frame.empty:
         return []
-    return [(series_key(row), row) for row in frame.to_dict("records")]
+    return [(Series.of(row).key, row) for row in frame.to_dict("records")]
 
 
 def _finite(values: pd.Series) -> np.ndarray:

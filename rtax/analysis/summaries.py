@@ -33,30 +33,13 @@ import pandas as pd
 
 from rtax.analysis import sketch, stats
 from rtax.core.failures import OWN_ERRORS
-from rtax.core.record import (
-    LOCAL_VANTAGE,
-    METRIC_COLUMNS,
-    METRIC_PHASES,
-    PHASE_COLUMNS,
-    PHASES,
-    phases_of,
-)
+from rtax.core.record import METRIC_COLUMNS, METRIC_PHASES, PHASE_COLUMNS, PHASES, phases_of
+from rtax.core.series import DIMENSIONS, Series
 
 #: What a summary row is keyed by, besides its metric (the table's primary key with it).
-KEY = (
-    *(
-        "substrate",
-        "kind",
-        "mode",
-        "fidelity",
-        "launch_type",
-        "vantage",
-        "tier",
-        "steps",
-        "toolchain",
-    ),
-    *("bucket", "bucket_start"),
-)
+#: Its series (`rtax.core.series`), then the kind and the workload toolchain (a series whose
+#: toolchain changed is shown apart, docs/toolchain.md), then its bucket.
+KEY = (*DIMENSIONS, "kind", "toolchain", "bucket", "bucket_start")
 #: Every run is summarized twice: per hour (a window's edges) and per day (its whole days),
 #: so that a week's window merges a few rows per series, not hundreds.
 BUCKETS = ("hour", "day")
@@ -169,14 +152,8 @@ def _add(
 ) -> None:
     """Add one run's `samples` to the accumulators of its `bucket`."""
     key = (
-        run["substrate"],
+        *Series.of(run).values(),
         run.get("kind"),
-        run.get("mode") or "exec",
-        run.get("fidelity") or "real",
-        run.get("launch_type") or "cold",
-        run.get("vantage") or LOCAL_VANTAGE,
-        run["tier"],
-        int(run.get("steps") or 0),
         run.get("toolchain") or "",
         bucket,
         start_of(run["started_at"], bucket),

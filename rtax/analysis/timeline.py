@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rtax.analysis import sketch, status, summaries
-from rtax.analysis.incidents import series_key
+from rtax.analysis import sketch, summaries
 from rtax.core.failures import OWN_ERRORS
-from rtax.core.record import LOCAL_VANTAGE, PHASE_COLUMNS
+from rtax.core.record import PHASE_COLUMNS
+from rtax.core.series import DIMENSIONS, MISSING, Series
 
 #: Bucket label -> seconds.
 BUCKETS: dict[str, int] = {"5 min": 300, "1 h": 3_600, "1 d": 86_400}
@@ -60,7 +60,7 @@ COLUMNS = [
     "success_rate",
     "source",
 ]
-_SERIES = list(status.SERIES)
+_SERIES = list(DIMENSIONS)
 
 
 def default_bucket(span_s: float) -> str:
@@ -78,15 +78,11 @@ def _label(frame: pd.DataFrame) -> pd.DataFrame:
     label (`rtax.analysis.status.label`), computed once per distinct series."""
     frame = frame.copy()
     frame["steps"] = frame["steps"].astype(int)
-    frame["mode"] = frame["mode"].fillna("exec")
-    frame["fidelity"] = frame["fidelity"].fillna("real")
-    frame["launch_type"] = frame["launch_type"].fillna("cold")
-    frame["vantage"] = frame["vantage"].fillna(LOCAL_VANTAGE)
+    for column, default in MISSING.items():
+        frame[column] = frame[column].fillna(default)
     distinct = frame[_SERIES].drop_duplicates()
-    records = distinct.to_dict("records")
-    distinct = distinct.assign(
-        key=[series_key(r) for r in records], series=[status.label(r) for r in records]
-    )
+    found = [Series.of(r) for r in distinct.to_dict("records")]
+    distinct = distinct.assign(key=[s.key for s in found], series=[s.label for s in found])
     return frame.merge(distinct, on=_SERIES, how="left")
 
 

@@ -24,6 +24,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from rtax.core import redaction
+from rtax.core.series import LOCAL_VANTAGE
 from rtax.core.version import __version__
 
 #: The consecutive, mutually exclusive phases of a rollout (docs/measurement.md), with
@@ -67,11 +68,6 @@ METRIC_PHASES: dict[str, tuple[str, ...]] = {
 METRIC_COLUMNS: tuple[str, ...] = tuple(METRIC_PHASES)
 #: Per run phase, the ``phase`` of its commands' action rows (an action row's is singular).
 ACTION_PHASE: dict[str, str] = {"ready": "ready", "setup": "setup", "actions": "action"}
-#: The fidelity of a row whose substrate could not even be built and whose configuration does
-#: not say: never a silent `real` (docs/measurement.md#fidelity).
-UNKNOWN_FIDELITY = "unknown"
-#: The vantage of a run probed on the scheduler's (or the CLI's) own host (docs/ray.md#vantages).
-LOCAL_VANTAGE = "local"
 #: A run's error message is cut to this many characters: a row is read, it is not a log.
 MESSAGE_CHARS = 1000
 

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from rtax.analysis import envelope
-from rtax.analysis.stats import series_label, workload_label
+from rtax.core.series import series_name, workload_name
 
 #: The load runs table's columns, in order (what the page shows of `load_runs`).
 LOAD_COLUMNS: tuple[str, ...] = (
@@ -42,10 +42,11 @@ LOAD_COLUMNS: tuple[str, ...] = (
 
 
 def labelled(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with a `series` column: substrate · mode [fidelity], then the workload."""
+    """`frame` with a `series` column: substrate · mode [fidelity], then the workload (a load
+    run's series: `rtax.analysis.envelope.SERIES`)."""
     out = frame.copy()
     out["series"] = [
-        f"{series_label(s, m, f)} {workload_label(t, k)}"
+        f"{series_name(s, m, f)} {workload_name(t, k)}"
         for s, m, f, t, k in zip(
             out["substrate"], out["mode"], out["fidelity"], out["tier"], out["steps"], strict=True
         )

@@ -17,9 +17,10 @@ import pandas as pd
 import streamlit as st
 
 from rtax.analysis import stats, status, summaries, timeline
-from rtax.analysis.incidents import series_key, stamp
+from rtax.analysis.incidents import stamp
 from rtax.core import paths
 from rtax.core.record import PAGE_COLUMNS, RUN_COLUMNS
+from rtax.core.series import Series
 from rtax.store.database import Store, StoreError
 
 TTL_S = 10
@@ -274,7 +275,7 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             limit = max(rules.samples, SPARK_POINTS)
             return store.runs(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
 
-        return status.cards(seen, day, recent, incidents, plans, rules, now, series_key)
+        return status.cards(seen, day, recent, incidents, plans, rules, now)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -304,7 +305,8 @@ def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
     with store:
         found = store.summary_series(**_query(key))
     records = found.to_dict("records")
-    pairs = sorted(((status.label(r), series_key(r)) for r in records), key=lambda p: p[0])
+    found_series = (Series.of(r) for r in records)
+    pairs = sorted(((s.label, s.key) for s in found_series), key=lambda p: p[0])
     return {k: label for label, k in pairs}
 
 

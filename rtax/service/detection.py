@@ -18,26 +18,20 @@ from typing import Any, Protocol
 from rtax.analysis import incidents
 from rtax.analysis.incidents import stamp
 from rtax.analysis.rules import Alerts, Detection
+from rtax.core.series import DIMENSIONS, Series
 from rtax.store.database import Store
-from rtax.store.incidents import SERIES_COLUMNS
 
 _log = logging.getLogger("rtax.service.detection")
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
 #: The columns that make a series (rtax.analysis.stats.DEFAULT_GROUP, and the launch type: a warm
 #: pool's claims and cold starts are two series, never one change).
-SERIES = SERIES_COLUMNS
+SERIES = DIMENSIONS
 #: The runs columns detection reads.
 COLUMNS = (
     "run_id",
     "started_at",
-    "substrate",
-    "tier",
-    "steps",
-    "mode",
-    "fidelity",
-    "launch_type",
-    "vantage",
+    *DIMENSIONS,
     "status",
     "error_class",
     "time_to_first_command_s",
@@ -98,7 +92,7 @@ def check(
         try:
             _series(store, row, detection, alerts, now, delivering, report)
         except Exception:  # one series' trouble is said, and the others are still looked at
-            _log.exception("detection on %s failed", incidents.series_key(row))
+            _log.exception("detection on %s failed", Series.of(row).key)
     return report
 
 
@@ -116,7 +110,7 @@ def _series(
         return
     filters = dict(zip(SERIES, (str(v) for v in grouping), strict=True))
     filters["steps"] = int(row["steps"])  # sqlite binds Python ints, not numpy's
-    key = incidents.series_key(filters)
+    key = Series.of(filters).key
     runs = store.runs(columns=COLUMNS, limit=detection.window, newest_first=True, **filters)
     runs = runs.iloc[::-1].reset_index(drop=True)
     open_now = {(i["metric"], i["rule"]): i for i in store.open_incidents(key)}

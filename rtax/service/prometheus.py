@@ -30,14 +30,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rtax.core.failures import HARNESS_ERROR, OWN_ERRORS
-from rtax.core.record import LOCAL_VANTAGE, PHASES, UNKNOWN_FIDELITY, RolloutRecord
+from rtax.core.record import PHASES, RolloutRecord
+from rtax.core.series import DIMENSIONS, Series
 from rtax.settings.config import MetricsSettings
 from rtax.store.database import Store
 
 #: The labels of one series; every metric carries them, in this order.
-SERIES_LABELS: tuple[str, ...] = (
-    *("substrate", "tier", "steps", "mode", "fidelity", "vantage", "launch_type"),
-)
+SERIES_LABELS: tuple[str, ...] = DIMENSIONS
 #: Latency buckets (s): 1 ms to 10 min, about three per decade, then +Inf.
 BUCKETS: tuple[float, ...] = (
     *(m * 10.0**e for e in range(-3, 2) for m in (1.0, 2.5, 5.0)),
@@ -57,28 +56,13 @@ NAMES: tuple[str, ...] = (
     "rtax_last_probe_age_seconds",
 )
 
-Series = tuple[str, ...]
+LabelValues = tuple[str, ...]
 
 
-def launch_type(run: Mapping[str, Any]) -> str:
-    """``warm`` for a rollout that claimed a pooled environment (`rtax.substrates.pool`),
-    else ``cold``: the record's ``launch_type``."""
-    return "warm" if run.get("launch_type") == "warm" else "cold"
-
-
-def series(run: Mapping[str, Any]) -> Series:
-    """The label values of `run`'s series (a stored row or a record: mode as the store keeps
-    it, ``exec`` when the substrate has no modes)."""
-    steps = run.get("steps")
-    return (
-        str(run["substrate"]),
-        str(run["tier"]),
-        str(int(steps)) if _number(steps) is not None else "0",
-        str(run.get("mode") or "exec"),
-        str(run.get("fidelity") or UNKNOWN_FIDELITY),
-        str(run.get("vantage") or LOCAL_VANTAGE),
-        launch_type(run),
-    )
+def series(run: Mapping[str, Any]) -> LabelValues:
+    """The label values of `run`'s series (a stored row or a record), in `SERIES_LABELS`
+    order (`rtax.core.series`)."""
+    return tuple(str(v) for v in Series.of(run).values())
 
 
 def outcome(run: Mapping[str, Any]) -> tuple[str, str]:
@@ -128,7 +112,7 @@ class Metrics:
             (*labels, "status", "error_class"),
             registry=reg,
         )
-        self._last: dict[Series, float] = {}
+        self._last: dict[LabelValues, float] = {}
         self._lock = threading.Lock()
         reg.register(_LastProbe(self))
 
@@ -168,12 +152,12 @@ class Metrics:
                 self.phase.labels(*labels, phase)
         return len(rows)
 
-    def last_probes(self) -> dict[Series, float]:
+    def last_probes(self) -> dict[LabelValues, float]:
         """Per series, when its newest stored rollout ended (epoch seconds)."""
         with self._lock:
             return dict(self._last)
 
-    def _probed(self, labels: Series, run: Mapping[str, Any]) -> None:
+    def _probed(self, labels: LabelValues, run: Mapping[str, Any]) -> None:
         when = _epoch(run.get("ended_at")) or _epoch(run.get("started_at"))
         if when is None:
             return
@@ -197,7 +181,7 @@ class _LastProbe:
     def collect(self) -> Iterable[Any]:
         return self._families(self.metrics.last_probes(), self.metrics.clock())
 
-    def _families(self, last: dict[Series, float], now: float) -> list[Any]:
+    def _families(self, last: dict[LabelValues, float], now: float) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
         stamp = GaugeMetricFamily(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.core.record import LOCAL_VANTAGE
+from rtax.core.series import LOCAL_VANTAGE
 
 KINDS = ("local", "ray")
 #: The Ray node label that names a node's vantage (`ray start --labels rtax.io/vantage=eu`).

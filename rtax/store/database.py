@@ -33,13 +33,8 @@ import sqlite_utils
 
 from rtax.analysis import summaries
 from rtax.core import redaction
-from rtax.core.record import (
-    ACTION_COLUMNS,
-    ACTION_CONTEXT,
-    LOCAL_VANTAGE,
-    RUN_COLUMNS,
-    RolloutRecord,
-)
+from rtax.core.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
+from rtax.core.series import LOCAL_VANTAGE
 from rtax.store.incidents import IncidentStore
 from rtax.store.loads import LoadStore
 from rtax.store.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION

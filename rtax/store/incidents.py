@@ -19,13 +19,12 @@ from typing import Any
 
 import pandas as pd
 
+from rtax.core.series import DIMENSIONS
 from rtax.store.migrations import INCIDENT_COLUMNS
 
-#: The columns that make a series (rtax.service.detection.SERIES). An incident keeps the launch type in
-#: its `series` text only (`rtax.analysis.incidents.series_key`).
-SERIES_COLUMNS: tuple[str, ...] = (
-    *("substrate", "tier", "steps", "mode", "fidelity", "launch_type", "vantage"),
-)
+#: The columns that make a series (`rtax.core.series.DIMENSIONS`); an incident keeps its series
+#: as `Series.key` text too.
+SERIES_COLUMNS: tuple[str, ...] = DIMENSIONS
 
 
 class IncidentStore:

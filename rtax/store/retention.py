@@ -30,12 +30,13 @@ import pandas as pd
 from rtax.analysis.sketch import Sketch
 from rtax.analysis.stats import attempts
 from rtax.core.failures import OWN_ERRORS
-from rtax.core.record import LOCAL_VANTAGE, METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.series import DIMENSIONS, MISSING
 from rtax.store.database import YIELD_S, Store
 
 #: What is folded together: one series, never across modes, fidelities, launch types (cold,
 #: warm) or vantages (docs/ray.md#vantages).
-GROUP = ("substrate", "mode", "fidelity", "launch_type", "vantage", "tier", "steps")
+GROUP = DIMENSIONS
 RUN_METRICS = (*METRIC_COLUMNS, *PHASE_COLUMNS)
 ACTION_METRIC = "action_latency_s"
 METRICS = (*RUN_METRICS, ACTION_METRIC)
@@ -118,8 +119,8 @@ def _normalized(runs: pd.DataFrame) -> pd.DataFrame:
     """`runs` with the defaults of rows older than their columns: exec mode, cold starts, the
     local vantage."""
     runs = runs.copy()
-    runs["mode"] = runs["mode"].fillna("exec")
-    for column, default in (("launch_type", "cold"), ("vantage", LOCAL_VANTAGE)):
+    for column in ("mode", "launch_type", "vantage"):
+        default = MISSING[column]
         given = runs[column] if column in runs else pd.Series(None, index=runs.index)
         runs[column] = given.fillna(default)
     return runs
