@@ -10,17 +10,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rtax.core import kinds, redaction
+from rtax.core import redaction
+from rtax.core.kinds import NAMED as BUILT_IN
+from rtax.core.kinds import SUBSTRATES, UnknownKind, load
 from rtax.substrates.base import Substrate
 
 #: kind -> "module:Class" (`rtax.core.kinds`, where the configuration reads it too)
-REGISTRY: dict[str, str] = kinds.SUBSTRATES
+REGISTRY: dict[str, str] = SUBSTRATES
 
 #: Built-in substrate names: name -> (kind, parameters). A configuration file adds more.
-NAMED: dict[str, tuple[str, dict[str, Any]]] = kinds.NAMED
+NAMED: dict[str, tuple[str, dict[str, Any]]] = BUILT_IN
 
 
-class UnknownSubstrate(kinds.UnknownKind):
+class UnknownSubstrate(UnknownKind):
     """The kind is not in the registry."""
 
 
@@ -32,8 +34,8 @@ def kinds() -> list[str]:
 def substrate_class(kind: str) -> type:
     """Import and return the class registered for `kind`."""
     try:
-        return kinds.load(REGISTRY, kind)
-    except kinds.UnknownKind as exc:
+        return load(REGISTRY, kind)
+    except UnknownKind as exc:
         raise UnknownSubstrate(str(exc)) from None
 
 
