@@ -23,7 +23,7 @@ from pathlib import Path
 import docker
 
 from rtax.analysis import stats
-from rtax.assets import attrs as fixtures
+from rtax.assets import attrs
 from rtax.assets.image import RUNNER_IMAGE, ensure_runner
 from rtax.core.workloads import Action, Workload
 from rtax.rollouts.rollout import run_rollout
@@ -82,7 +82,7 @@ def main() -> int:
     except Exception as exc:  # no engine: say so, don't pretend
         print(f"docker bench skipped: {exc}")
         return 0
-    fixture = fixtures.build()
+    fixture = attrs.build()
     exec_sub, session_sub = DockerSubstrate(mode="exec"), DockerSubstrate(mode="session")
     client = docker.from_env()
     # Exec mode vs the raw SDK: one container made by rtax, and every rtax call paired with a

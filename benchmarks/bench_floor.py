@@ -16,8 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from rtax.analysis import stats
-from rtax.assets import attrs as fixtures
-from rtax.assets import toolchain
+from rtax.assets import attrs, toolchain
 from rtax.assets.attrs import GitServer
 from rtax.core.workloads import RepoSource, build, mix_counts
 from rtax.rollouts.rollout import run_rollout
@@ -30,7 +29,7 @@ from report import Report, quiet  # a sibling script, not a package
 TARGET = 1.05
 
 
-def _source(fixture: fixtures.Fixture, server: GitServer) -> RepoSource:
+def _source(fixture: attrs.Fixture, server: GitServer) -> RepoSource:
     return RepoSource(
         server.url(fixture.bare_repo.name),
         fixture.buggy_commit,
@@ -59,7 +58,7 @@ def main() -> int:
     quiet()
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else (lambda m: None)
 
-    fixture = fixtures.build()
+    fixture = attrs.build()
     samples: dict[str, dict[str, list[float]]] = {"local": defaultdict(list), "docker": {}}
     samples["docker"] = defaultdict(list)
     fingerprints = {}

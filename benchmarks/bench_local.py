@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from rtax.analysis import stats
-from rtax.assets import attrs as fixtures
+from rtax.assets import attrs
 from rtax.core.workloads import Action, Workload
 from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.base import clock
@@ -42,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     quiet()
 
-    fixture = fixtures.build()
+    fixture = attrs.build()
     with tempfile.TemporaryDirectory(prefix="rtax-bench-") as tmp:
         local = LocalSubstrate(root=Path(tmp), template=fixture.template)
         block = Workload(

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from rtax.analysis import stats
-from rtax.assets import attrs as fixtures
+from rtax.assets import attrs
 from rtax.compose import Composition
 from rtax.rollouts.engines import Engine, LocalEngine, RolloutSpec
 from rtax.rollouts.engines.ray import RayEngine
@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured rollouts per engine")
     args = parser.parse_args()
 
-    fixture = fixtures.build()
+    fixture = attrs.build()
     with tempfile.TemporaryDirectory(prefix="rtax-bench-ray-") as tmp:
         # A cluster of its own: one node, one CPU, a small object store, no dashboard, and
         # its own authentication token in the temporary folder (never ~/.ray's), set before

@@ -18,9 +18,7 @@ from rtax.dashboard import (
     tables,
     urlstate,
 )
-from rtax.planning import poolmodel, projection
-from rtax.planning import published as reference
-from rtax.planning import steptime as makespan
+from rtax.planning import poolmodel, projection, published, steptime
 from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
@@ -167,8 +165,8 @@ st.subheader("Scenarios: the study, reproduced from its inputs")
 style.table(tables.scenarios(), snapshot="projection-scenarios")
 st.caption(
     "Headlines quoted (inputs unpublished, not recomputed): "
-    + "; ".join(reference.HEADLINES)
-    + f". Source: {reference.SOURCE}."
+    + "; ".join(published.HEADLINES)
+    + f". Source: {published.SOURCE}."
 )
 
 # -- Fleet planning: warm pools, tail-aware step time, limits and prices ---------------------
@@ -281,7 +279,7 @@ else:
         0.05,
         **urlstate.bound("proj_step_oversample"),
     )
-    step = makespan.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
+    step = steptime.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
     n1, n2, n3 = st.columns(3)
     interval = f"{format.duration(step.low_s)}–{format.duration(step.high_s)}"
     n1.metric(

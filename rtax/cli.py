@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rtax.assets import attrs as fixtures
-from rtax.assets import toolchain
+from rtax.assets import attrs, toolchain
 from rtax.assets.attrs import FixtureError
 from rtax.assets.image import ImageError
 from rtax.assets.toolchain import ToolchainError
@@ -240,12 +239,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
     # One line at the end says what was spooled (`_report_spooled`), not a log line per try.
     logging.getLogger("rtax.store.spool").addHandler(logging.NullHandler())
 
-    done = batch.probe(
+    request = batch.Probe(
         args.substrate,
         tier=args.tier,
         steps=args.steps,
         repeat=args.repeat,
         seed=args.seed,
+        mode=args.mode,
         db=args.db,
         config=args.config,
         deadline=args.deadline,
@@ -254,10 +254,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         commit=args.commit,
         fix_patch=args.fix_patch,
         failing_test=args.failing_test,
-        mode=args.mode,
-        log=None if args.quiet else _stderr,
-        progress=not args.quiet,
-        stop=STOP,
+    )
+    done = batch.probe(
+        request, log=None if args.quiet else _stderr, progress=not args.quiet, stop=STOP
     )
     return _ended(
         done,
@@ -509,7 +508,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
-    fixture = fixtures.build(force=args.force)
+    fixture = attrs.build(force=args.force)
     print(
         f"attrs {fixture.attrs_version} fixture at {fixture.root}\n"
         f"  pristine {fixture.pristine_commit}\n"
@@ -523,7 +522,7 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     print(f"workload toolchain (Python {toolchain.load().python}) at {bin_dir.parent}")
     if not args.serve:
         return 0
-    with fixtures.GitServer(fixture.root, host=args.host, port=args.port) as server:
+    with attrs.GitServer(fixture.root, host=args.host, port=args.port) as server:
         print(f"serving {server.url(fixture.bare_repo.name)} (Ctrl-C to stop)", flush=True)
         try:
             while True:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax.assets import attrs as fixtures
+from rtax.assets import attrs
 from rtax.assets.attrs import Fixture, GitServer
 from rtax.core.workloads import RepoSource
 from rtax.store.database import Store
@@ -31,7 +31,7 @@ def store(db_path: Path) -> Iterator[Store]:
 @pytest.fixture(scope="session")
 def attrs_fixture() -> Fixture:
     """The real offline attrs fixture, built once (a no-op when data/fixtures is current)."""
-    return fixtures.build()
+    return attrs.build()
 
 
 def _source(fixture: Fixture, server: GitServer) -> RepoSource:

@@ -12,7 +12,7 @@ import pytest
 
 from rtax import emulation
 from rtax.assets.attrs import Fixture
-from rtax.compose import ComposeError, Composition, action_mode
+from rtax.compose import ComposeError, Composition
 from rtax.core.failures import HarnessError
 from rtax.settings import config
 from rtax.substrates import UnknownSubstrate
@@ -47,7 +47,7 @@ def test_a_configured_name_is_built_with_its_parameters(tmp_path: Path, monkeypa
         sub = composition.substrate("scratch")
         assert isinstance(sub, LocalSubstrate) and (sub.name, sub.kind) == ("scratch", "local")
         assert sub.root == roots and sub.shell == "/bin/bash"  # `*_env` read from the environment
-        assert action_mode(sub) == "exec"  # a kind without modes acts in exec mode
+        assert sub.mode == "exec"  # a kind without modes acts in exec mode
 
 
 def test_a_builtin_name_needs_no_configuration_entry(tmp_path: Path) -> None:

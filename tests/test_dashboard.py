@@ -17,8 +17,7 @@ from streamlit.testing.v1 import AppTest
 from factories import make_record
 from rtax.analysis import stats
 from rtax.dashboard import data, format, tables
-from rtax.planning import projection
-from rtax.planning import published as reference
+from rtax.planning import projection, published
 from rtax.store.database import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -166,7 +165,7 @@ def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     assert any("kubernetes [emulated]" in w.value for w in at.warning)
     scenarios = at.dataframe[1].value
     assert [round(h) for h in scenarios["model_hours"]] == [
-        s.published_hours for s in reference.SCENARIOS
+        s.published_hours for s in published.SCENARIOS
     ]
     # moving the inputs moves the answer, linearly
     at.number_input(key="proj_trajectories").set_value(2_000_000).run()

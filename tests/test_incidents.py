@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from rtax.analysis import incidents
 from rtax.analysis.rules import Alerts, Detection, Rule
 from rtax.core.series import Series
 from rtax.service import detection as monitor

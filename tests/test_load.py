@@ -18,7 +18,7 @@ from polling import wait_for
 from rtax import cli
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
-from rtax.rollouts import burst as load
+from rtax.rollouts import burst
 from rtax.settings.loads import LoadPlan
 from rtax.store.database import Store
 from rtax.store.spool import Spool
@@ -65,11 +65,11 @@ class _Held(LocalSubstrate):
 
 def _run(
     sub: LocalSubstrate, plan: LoadPlan, db: Path, **kwargs: Any
-) -> tuple[load.LoadResult, Store]:
+) -> tuple[burst.BurstResult, Store]:
     store = Store(db)
-    result = load.LoadResult(plan, "L-" + plan.shape, db)
+    result = burst.BurstResult(db, plan=plan, load_id="L-" + plan.shape)
     spool = Spool(db, lambda: Store(db))
-    load.run(sub, workloads.build(plan.tier), plan, store=store, spool=spool, result=result,
+    burst.run(sub, workloads.build(plan.tier), plan, store=store, spool=spool, result=result,
              **kwargs)  # fmt: skip
     return result, store
 

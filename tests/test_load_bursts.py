@@ -21,7 +21,7 @@ from polling import wait_for
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
 from rtax.emulation.daytona import DaytonaEmulation
-from rtax.rollouts import burst as load
+from rtax.rollouts import burst
 from rtax.settings.loads import LoadPlan
 from rtax.store.database import Store
 from rtax.store.spool import Spool
@@ -45,7 +45,7 @@ def bursts_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_burst_of_20_on_docker(docker_api, runner_image: str, bursts_db: Path) -> None:
     db = bursts_db
-    done = load.burst(LoadPlan("docker", n=20), db=db, deadline=300)
+    done = burst.burst(LoadPlan("docker", n=20), db=db, deadline=300)
     assert done.interrupted is None and not done.spooled
     problems = [(r.run["error_class"], r.run["error_message"]) for r in done.records if not r.ok]
     assert problems == []
@@ -73,9 +73,9 @@ def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, burst
     try:
         daytona.faults.fail("create", 429, message="Too many requests", times=3)
         daytona.faults.fail("start", message="no runner with capacity in region emulated")
-        result = load.LoadResult(plan, "daytona-burst", db)
+        result = burst.BurstResult(db, plan=plan, load_id="daytona-burst")
         with Store(db) as store:
-            load.run(
+            burst.run(
                 sub,
                 workloads.build("T0"),
                 plan,

@@ -14,7 +14,7 @@ import pytest
 
 from factories import make_record
 from rtax import cli
-from rtax.rollouts import probe as batch
+from rtax.rollouts import probe
 from rtax.store.database import Store
 from rtax.store.spool import MEMORY, Spool
 
@@ -62,7 +62,7 @@ def test_probe_keeps_rollouts_the_busy_database_could_not_take_then_writes_them(
     writer_holding_the_lock.execute("ROLLBACK")
     assert run_ids(db) == []
 
-    done = batch.probe("local", repeat=1, db=db)  # the next start writes them first
+    done = probe.probe(probe.Probe("local", repeat=1, db=db))  # the next start writes them first
     assert not done.spooled and done.replayed == 2
     assert len(run_ids(db)) == 3
     assert not Path(f"{db}.spool.jsonl").exists()
@@ -77,7 +77,7 @@ def test_a_rollout_spooled_then_written_by_the_next_save_is_reported_stored(
     """The first rollout meets a busy database and is spooled; the other writer is done by the
     second, whose save writes both: the probe stored everything, says nothing of a spool and
     exits 0 (it used to report the first as spooled to a file that no longer exists)."""
-    real = batch.run_rollout
+    real = probe.run_rollout
     calls = []
 
     def second_after_release(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -86,7 +86,7 @@ def test_a_rollout_spooled_then_written_by_the_next_save_is_reported_stored(
             writer_holding_the_lock.execute("ROLLBACK")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batch, "run_rollout", second_after_release)
+    monkeypatch.setattr(probe, "run_rollout", second_after_release)
     code = cli.main(["probe", "--substrate", "local", "--repeat", "2", "--db", str(db), "--quiet"])
     err = capsys.readouterr().err
     assert len(run_ids(db)) == 2

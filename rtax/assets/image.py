@@ -24,8 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rtax.assets import attrs as fixtures
-from rtax.assets import toolchain
+from rtax.assets import attrs, toolchain
 from rtax.assets.attrs import Fixture
 
 BASE_IMAGE = "rtax-base:bookworm"
@@ -142,7 +141,7 @@ def build_base(client: Any, *, mirror: str | None = None) -> str:
 
 def ensure_runner(*, base: str = BASE_IMAGE, force: bool = False, log: Any = print) -> str:
     """Build (if missing or stale) and return the id of the runner image `RUNNER_IMAGE`."""
-    fixture = fixtures.build()
+    fixture = attrs.build()
     client = _client()
     want = recipe(fixture, base)
     labels = _image_labels(client, RUNNER_IMAGE)

@@ -267,39 +267,76 @@ def provenance_of(substrate: Describes) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class RolloutIdentity:
+    """What a rollout was, as every row of it says: the substrate it ran on (name, kind, action
+    mode, fidelity, launch type) and the workload it ran (tier, steps, seed, how many actions).
+
+    Why one value (docs/data.md): a rollout's description used to travel as a dozen loose
+    arguments from the CLI to the record, in three builders that each listed them again. Made
+    once where the substrate and workload are known (`rtax.rollouts.rollout.identity`), it is
+    what `run_row` and `failed_record` take. `fidelity` has no default: a row can never fall
+    back to ``real`` (docs/measurement.md#fidelity)."""
+
+    substrate: str
+    kind: str
+    fidelity: str
+    tier: str
+    steps: int = 0
+    seed: int = 0
+    #: "exec" or "session"; None for kinds without action modes (stored as "exec")
+    mode: str | None = None
+    launch_type: str = "cold"
+    #: the workload's actions (a failed record without a workload: its steps)
+    n_actions: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        """The run row's fields this identity fills."""
+        return {
+            "substrate": self.substrate,
+            "kind": self.kind,
+            "mode": self.mode or "exec",
+            "launch_type": self.launch_type,
+            "tier": self.tier,
+            "steps": self.steps,
+            "seed": self.seed,
+            "fidelity": self.fidelity,
+            "n_actions": self.n_actions,
+        }
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What the probe runner measured of one rollout (none of it for a rollout that never
+    started): the phases, their resolutions, the wall time, the milestones and the action
+    rows, and whether a warm pool handed an environment over (`claimed`)."""
+
+    phases: Mapping[str, float] | None = None
+    resolutions: Mapping[str, float | None] | None = None
+    wall_s: float | None = None
+    milestones: Sequence[Mapping[str, Any]] = ()
+    actions: Sequence[Mapping[str, Any]] = ()
+    claimed: bool = False
+
+
 def run_row(
+    identity: RolloutIdentity,
     *,
     run_id: str,
     started_at: str,
-    substrate: str,
-    kind: str,
-    mode: str | None,
-    tier: str,
-    steps: int,
-    seed: int,
-    fidelity: str,
     error_class: str | None,
     error_message: str | None,
     provenance: Mapping[str, Any],
-    phases: Mapping[str, float] | None = None,
-    resolutions: Mapping[str, float | None] | None = None,
-    wall_s: float | None = None,
-    milestones: Sequence[Mapping[str, Any]] = (),
-    actions: Sequence[Mapping[str, Any]] = (),
-    claimed: bool = False,
+    timings: Timings = Timings(),
     **measured: Any,
 ) -> dict[str, Any]:
     """The one builder of a run row: every field of `RUN_FIELDS`, None unless given.
 
     It derives what every row derives the same way (docs/measurement.md): the status
-    from the error class; the end time; the phase columns; the overhead (wall time minus the
-    phases, when they were timed at all); time to first command, only once a ready command
-    succeeded (cold) or a pool handed an environment over (`claimed`, warm: the claim phase,
-    docs/measurement.md#warm-pools); the launch type, ``cold`` unless given; each phase's
-    resolution, for setup and actions the sum over their commands' (each polled detection
-    can be late by its resolution), else as `resolutions` reports it;
-    host, version, endpoint and toolchain from the provenance. `actions` are the run's action
-    rows. `measured` takes the remaining fields by name; any other name is refused."""
+    from the error class; the end time; the phase columns and their resolutions
+    (`_phase_columns`); the overhead and time to first command (`_derived`); host, version,
+    endpoint and toolchain from the provenance. `measured` takes the remaining fields by name
+    (``episode_s``, ``plan``, ...); any other name, or a derived one, is refused."""
     unknown = set(measured) - set(RUN_COLUMNS)
     derived = set(measured) & _DERIVED
     if unknown or derived:
@@ -307,55 +344,68 @@ def run_row(
     described = provenance.get("substrate") or {}
     row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
     row.update(
+        identity.fields(),
         run_id=run_id,
         started_at=started_at,
         ended_at=utcnow(),
-        substrate=substrate,
-        kind=kind,
-        mode=mode or "exec",
-        launch_type="cold",
         vantage=LOCAL_VANTAGE,
-        tier=tier,
-        steps=steps,
-        seed=seed,
-        fidelity=fidelity,
         status="ok" if error_class is None else "failed",
         error_class=error_class,
         error_message=(error_message or "")[:MESSAGE_CHARS] or None,
-        wall_s=wall_s,
-        milestones=json.dumps(list(milestones)),
+        wall_s=timings.wall_s,
+        milestones=json.dumps(list(timings.milestones)),
         host=provenance["host"],
         rtax_version=provenance["rtax_version"],
         endpoint=described.get("endpoint"),
         toolchain=(described.get("toolchain") or {}).get("digest"),
         provenance=json.dumps(provenance, sort_keys=True, default=str),
     )
-    resolved = dict(resolutions or {})
-    for phase in ("setup", "actions"):
-        polled = [
-            r["resolution_s"]
-            for r in actions
-            if r["phase"] == ACTION_PHASE[phase] and r.get("resolution_s") is not None
-        ]
-        if polled:
-            resolved[phase] = sum(polled)
-    for p in PHASES:
-        row[f"{p}_s"] = (phases or {}).get(p)
-        row[f"{p}_res_s"] = resolved.get(p)
-    if phases is not None:
-        if wall_s is not None:
-            row["overhead_s"] = wall_s - sum(phases.values())
-        first = START_PHASES["cold"]
-        if claimed and "claim" in phases:
-            row["time_to_first_command_s"] = phases["claim"]
-        elif all(p in phases for p in first) and any(
-            r["phase"] == "ready" and r.get("ok") for r in actions
-        ):
-            row["time_to_first_command_s"] = sum(phases[p] for p in first)
+    row.update(_phase_columns(timings))
+    row.update(_derived(timings))
     row.update(measured)
     if row["launch_type"] not in LAUNCH_TYPES:
         raise ValueError(f"launch_type must be one of {LAUNCH_TYPES}, not {row['launch_type']!r}")
     return row
+
+
+def _phase_columns(timings: Timings) -> dict[str, Any]:
+    """Each phase's column and its resolution: for setup and actions the sum over their
+    commands' (each polled detection can be late by its resolution), else as reported."""
+    resolved = dict(timings.resolutions or {})
+    for phase in ("setup", "actions"):
+        polled = [
+            r["resolution_s"]
+            for r in timings.actions
+            if r["phase"] == ACTION_PHASE[phase] and r.get("resolution_s") is not None
+        ]
+        if polled:
+            resolved[phase] = sum(polled)
+    phases = timings.phases or {}
+    out: dict[str, Any] = {}
+    for p in PHASES:
+        out[f"{p}_s"] = phases.get(p)
+        out[f"{p}_res_s"] = resolved.get(p)
+    return out
+
+
+def _derived(timings: Timings) -> dict[str, Any]:
+    """The overhead (wall time minus the phases, when they were timed at all) and time to
+    first command: only once a ready command succeeded (cold) or a pool handed an environment
+    over (`claimed`, warm: the claim phase, docs/measurement.md#warm-pools)."""
+    phases = timings.phases
+    if phases is None:
+        return {}
+    out: dict[str, Any] = {}
+    if timings.wall_s is not None:
+        out["overhead_s"] = timings.wall_s - sum(phases.values())
+    first = START_PHASES["cold"]
+    if timings.claimed and "claim" in phases:
+        out["time_to_first_command_s"] = phases["claim"]
+    elif all(p in phases for p in first) and any(
+        r["phase"] == "ready" and r.get("ok") for r in timings.actions
+    ):
+        out["time_to_first_command_s"] = sum(phases[p] for p in first)
+    return out
 
 
 #: The run fields `run_row` derives itself, never passed in.
@@ -384,42 +434,27 @@ def action_row(**values: Any) -> dict[str, Any]:
 
 
 def failed_record(
-    name: str,
-    kind: str,
-    mode: str | None,
-    work: Any,
+    identity: RolloutIdentity,
     run_id: str,
     started: datetime,
     error_class: str,
     message: str,
     *,
     wall_s: float | None,
-    fidelity: str,
-    launch_type: str = "cold",
 ) -> RolloutRecord:
     """The record of a rollout that produced none itself (it never started, or its thread never
-    returned): failed, classified, phases unknown, built by `run_row` like every other. `work`
-    is a Workload or a scheduler Plan. `fidelity` is the substrate's (or, if it could not be
-    built, what its configuration says, else `UNKNOWN_FIDELITY`): there is no default, so a
-    row can never fall back to `real`. `launch_type`: ``warm`` when the rollout would have
-    claimed from a warm pool (its failure belongs to the warm series)."""
-    steps = getattr(work, "steps", 0)
+    returned): failed, classified, phases unknown, built by `run_row` like every other. The
+    identity's fidelity is the substrate's (or, if it could not be built, what its
+    configuration says, else `UNKNOWN_FIDELITY`); its launch type is ``warm`` when the rollout
+    would have claimed from a warm pool (its failure belongs to the warm series)."""
     run = run_row(
+        identity,
         run_id=run_id,
         started_at=started.isoformat(timespec="microseconds"),
-        substrate=name,
-        kind=kind,
-        mode=mode,
-        tier=work.tier,
-        steps=steps,
-        seed=getattr(work, "seed", 0),
-        fidelity=fidelity,
         error_class=error_class,
         error_message=message,
         provenance=origin(),
-        wall_s=wall_s,
-        n_actions=len(getattr(work, "actions", ())) or steps,
-        launch_type=launch_type,
+        timings=Timings(wall_s=wall_s),
     )
     return RolloutRecord(run=run, actions=[])
 

@@ -15,8 +15,7 @@ import pandas as pd
 
 from rtax.analysis import stats
 from rtax.core.record import METRIC_PHASES, PHASE_COLUMNS, phases_of
-from rtax.planning import projection
-from rtax.planning import published as reference
+from rtax.planning import projection, published
 
 GROUP = ("series", "tier", "steps")
 #: The Overview's columns, whether computed from raw runs (`overview`) or from the summaries
@@ -305,7 +304,7 @@ def scenarios() -> pd.DataFrame:
                 "published_hours": s.published_hours,
                 "source": s.source,
             }
-            for s in reference.SCENARIOS
+            for s in published.SCENARIOS
         ]
     )
 

@@ -43,45 +43,31 @@ from rtax.core import paths, workloads
 from rtax.core.failures import HarnessError
 from rtax.core.options import RolloutOptions
 from rtax.core.record import RolloutRecord, failed_record, origin, provenance_of, utcnow
-from rtax.rollouts import probe as batch
-from rtax.rollouts.rollout import run_rollout
+from rtax.rollouts.outcome import Outcome, progress_bar, summary
+from rtax.rollouts.rollout import identity, run_rollout
 from rtax.settings import config
 from rtax.settings.loads import LoadError, LoadPlan
 from rtax.store.database import Store, StoreError
-from rtax.store.spool import MEMORY, RETRY_PAUSES_S, Spool, is_busy
+from rtax.store.spool import RETRY_PAUSES_S, Spool, is_busy
 from rtax.substrates.base import Substrate, clock
 
 #: How long a stop waits, past the cleanup timeout, for rollouts still in flight.
 STOP_GRACE_S = 10.0
 
 
-@dataclass
-class LoadResult:
+@dataclass(kw_only=True)
+class BurstResult(Outcome):
     """A finished (or interrupted) load run: its stored row and its rollouts' records."""
 
     plan: LoadPlan
     load_id: str
-    db: Path
     row: dict[str, Any] = field(default_factory=dict)
-    records: list[RolloutRecord] = field(default_factory=list)
-    #: run_id -> where a rollout went that the database could not take (as `batch.Batch`)
-    spooled: dict[str, str] = field(default_factory=dict)
-    replayed: int = 0
-    interrupted: KeyboardInterrupt | None = None
     #: rollouts still in flight when the stop's wait ended (left labelled for the reaper)
     abandoned: int = 0
 
-    @property
-    def lost(self) -> list[str]:
-        return [run_id for run_id, where in self.spooled.items() if where == MEMORY]
-
-    @property
-    def failed(self) -> int:
-        return sum(not r.ok for r in self.records)
-
     def summary(self) -> str:
         """The load run's figures, then the per-phase table of its rollouts."""
-        return "\n".join([*describe(self.row), batch.summary(self.records, self.db)])
+        return "\n".join([*describe(self.row), summary(self.records, self.db)])
 
 
 def named(name: str, config_path: Path | None = None) -> LoadPlan:
@@ -104,7 +90,7 @@ def burst(
     log: Callable[[str], None] | None = None,
     progress: bool = False,
     stop: threading.Event | None = None,
-) -> LoadResult:
+) -> BurstResult:
     """Run `plan` on its substrate (configured in `config`, else built in), store every
     rollout in `db` (default data/rtax.db) linked to one load run, and return it. Mistakes are
     one-line errors before any slow work. `stop`, once set, ends the run like Ctrl-C."""
@@ -114,12 +100,10 @@ def burst(
         sub = composition.substrate(plan.substrate, mode=plan.mode)
         composition.fixture()
         composition.ready(sub, log or (lambda _: None), t2=plan.tier == "T2")
-        result = LoadResult(plan, uuid.uuid4().hex, db if db is not None else paths.default_db())
-        spool = Spool(
-            result.db,
-            composition.store,
-            on_saved=lambda record: result.spooled.pop(record.run["run_id"], None),
+        result = BurstResult(
+            db if db is not None else paths.default_db(), plan=plan, load_id=uuid.uuid4().hex
         )
+        spool = Spool(result.db, composition.store, on_saved=result.saved)
         with composition.store() as store:
             result.replayed = spool.replay(store)
             source = composition.source(sub) if plan.tier == "T2" else None
@@ -145,11 +129,11 @@ def run(
     *,
     store: Store,
     spool: Spool,
-    result: LoadResult,
+    result: BurstResult,
     options: RolloutOptions | None = None,
     progress: bool = False,
     stop: threading.Event | None = None,
-) -> LoadResult:
+) -> BurstResult:
     """Run `plan`'s launches of `workload` on a prepared `sub`, storing each rollout through
     `spool` into `store` and the load run's row, as `result.load_id`; fills and returns
     `result`. What `burst` does once it has put the parts together."""
@@ -159,10 +143,10 @@ def run(
         raise HarnessError(f"provenance: {type(exc).__name__}: {exc}") from exc
     runner = _Runner(sub, workload, plan, options or RolloutOptions(), provenance)
     store.begin_load_run(_identity(result.load_id, plan, sub))
-    with batch.progress_bar(plan.n, plan.describe(), enabled=progress) as bar:
+    with progress_bar(plan.n, plan.describe(), enabled=progress) as bar:
         runner.run(store, spool, result, bar, stop)
     if spool.pending:
-        batch.last_try(spool, store, result)
+        result.last_try(spool, store)
     result.row = _finish(store, result.load_id, runner, result)
     return result
 
@@ -231,16 +215,12 @@ class _Runner:
             )
         except Exception as exc:  # rtax's own failure, kept as a row like any other
             return failed_record(
-                self.sub.name,
-                self.sub.kind,
-                self.sub.mode,
-                self.workload,
+                identity(self.sub, self.workload),
                 run_id,
                 self.wall_go,
                 HarnessError.error_class,
                 f"load runner: {type(exc).__name__}: {exc}",
                 wall_s=None,
-                fidelity=self.sub.fidelity,
             )
 
     def _one(self, launch: Launch, offset: float) -> None:
@@ -286,7 +266,7 @@ class _Runner:
         self,
         store: Store,
         spool: Spool,
-        result: LoadResult,
+        result: BurstResult,
         bar: Any,
         stop: threading.Event | None,
     ) -> None:
@@ -319,7 +299,7 @@ class _Runner:
         self.end, self.cpu_s = clock(), harness_cpu_s() - cpu0
 
     def _store(
-        self, launch: Launch, record: RolloutRecord, store: Store, spool: Spool, result: LoadResult
+        self, launch: Launch, record: RolloutRecord, store: Store, spool: Spool, result: BurstResult
     ) -> None:
         due = self.wall_go + timedelta(seconds=launch.scheduled - self.t_go)
         record.run.update(
@@ -327,13 +307,10 @@ class _Runner:
             load_index=launch.index,
             scheduled_at=due.isoformat(timespec="microseconds"),
         )
-        where = spool.save(record, store)  # retried, else spooled
-        if where is not None:
-            result.spooled[record.run["run_id"]] = where
         launch.run = record.run
-        result.records.append(record)
+        result.keep(record, spool, store)  # retried, else spooled
 
-    def _status(self, received: set[int], result: LoadResult) -> str:
+    def _status(self, received: set[int], result: BurstResult) -> str:
         flight = sum(
             launch.started is not None and launch.index not in received for launch in self.launches
         )
@@ -352,7 +329,7 @@ class _Runner:
         return sum(t.is_alive() for t in self.threads)
 
 
-def _finish(store: Store, load_id: str, runner: _Runner, result: LoadResult) -> dict[str, Any]:
+def _finish(store: Store, load_id: str, runner: _Runner, result: BurstResult) -> dict[str, Any]:
     """Write the load run's figures and status; a busy database is retried like a rollout."""
     measured = figures(
         runner.launches,

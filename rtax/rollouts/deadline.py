@@ -16,12 +16,12 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from rtax.compose import action_mode
+from rtax.core.failures import DeadlineExceeded
 from rtax.core.options import RolloutOptions
 from rtax.core.record import RolloutRecord, failed_record
 from rtax.core.workloads import Workload
-from rtax.rollouts.rollout import run_rollout
-from rtax.substrates.base import Substrate, launch_type
+from rtax.rollouts.rollout import identity, run_rollout
+from rtax.substrates.base import Substrate
 
 log = logging.getLogger("rtax.service.scheduler")
 
@@ -82,15 +82,10 @@ def run_with_deadline(
         backstop,
     )
     return failed_record(
-        substrate.name,
-        substrate.kind,
-        action_mode(substrate),
-        workload,
+        identity(substrate, workload),
         run_id,
         started,
-        "deadline_exceeded",
+        DeadlineExceeded.error_class,
         f"the rollout did not return within {backstop:.0f} s",
         wall_s=backstop,
-        fidelity=substrate.fidelity,
-        launch_type=launch_type(substrate),
     )

@@ -43,7 +43,9 @@ from rtax.core.failures import (
 from rtax.core.options import RolloutOptions
 from rtax.core.record import (
     ACTION_PHASE,
+    RolloutIdentity,
     RolloutRecord,
+    Timings,
     action_row,
     failed_record,
     provenance_of,
@@ -299,32 +301,42 @@ class _Rollout:
         if self.env is not None and self.env.pool is not None:
             provenance = {**provenance, "pool": self.env.pool}  # how the pool made it
         reported = dict(self.env.resolution) if self.env is not None else {}
-        run = run_row(
-            run_id=self.run_id,
-            started_at=started_at,
-            substrate=self.sub.name,
-            kind=self.sub.kind,
-            mode=self.sub.mode,
-            tier=self.workload.tier,
-            steps=self.workload.steps,
-            seed=self.workload.seed,
-            fidelity=self.sub.fidelity,
-            error_class=self.error_class,
-            error_message=self.error_message,
-            provenance=provenance,
+        timings = Timings(
             phases=self.phases,
             resolutions={**reported, **self.resolution},
             wall_s=self.now() - self.t0,
             milestones=milestones,
             actions=self.actions,
-            episode_s=None if self.episode_end is None else self.episode_end - self.t0,
-            n_actions=len(self.workload.actions),
-            n_actions_done=self.n_done,
-            cleanup_ok=None if self.cleanup_ok is None else int(self.cleanup_ok),
-            launch_type=launch_type(self.sub),
             claimed=self.claimed,
         )
+        run = run_row(
+            identity(self.sub, self.workload),
+            run_id=self.run_id,
+            started_at=started_at,
+            error_class=self.error_class,
+            error_message=self.error_message,
+            provenance=provenance,
+            timings=timings,
+            episode_s=None if self.episode_end is None else self.episode_end - self.t0,
+            n_actions_done=self.n_done,
+            cleanup_ok=None if self.cleanup_ok is None else int(self.cleanup_ok),
+        )
         return RolloutRecord(run=run, actions=self.actions)
+
+
+def identity(substrate: Substrate, workload: Workload) -> RolloutIdentity:
+    """What every row of a rollout of `workload` on `substrate` says it was."""
+    return RolloutIdentity(
+        substrate=substrate.name,
+        kind=substrate.kind,
+        fidelity=substrate.fidelity,
+        tier=workload.tier,
+        steps=workload.steps,
+        seed=workload.seed,
+        mode=substrate.mode,
+        launch_type=launch_type(substrate),
+        n_actions=len(workload.actions),
+    )
 
 
 def run_rollout(
@@ -349,17 +361,12 @@ def run_rollout(
             provenance = provenance_of(substrate)
         except Exception as exc:  # rtax could not say what produced the sample: its failure
             return failed_record(
-                substrate.name,
-                substrate.kind,
-                substrate.mode,
-                workload,
+                identity(substrate, workload),
                 run_id,
                 datetime.now(UTC),
                 HarnessError.error_class,
                 f"provenance: {type(exc).__name__}: {exc}",
                 wall_s=None,
-                fidelity=substrate.fidelity,
-                launch_type=launch_type(substrate),
             )
     started_at = utcnow()
     state = _Rollout(substrate, workload, run_id, options or RolloutOptions(), now, sleep)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rtax.assets.attrs import Fixture
-from rtax.compose import Composition, Factory, configured_fidelity, prepare
+from rtax.compose import Composition, Factory
 from rtax.core import redaction
 from rtax.core.record import RolloutRecord
 from rtax.rollouts import engines
@@ -48,7 +48,7 @@ from rtax.service.lock import LockHeld, SchedulerLock
 from rtax.settings.config import Config, Plan, SubstrateConfig
 from rtax.store.database import Store
 from rtax.store.spool import Spool
-from rtax.substrates import build_substrate, reaper
+from rtax.substrates import build_substrate, configured_fidelity, reaper
 
 __all__ = ["LockHeld", "Prober", "SchedulerLock", "configured_fidelity"]
 
@@ -274,7 +274,7 @@ class Prober:
                 # a warm pool (the local engine only: [engine] refuses pools on Ray) is filled
                 # here, once per action mode, so that the first claim finds it full
                 for mode in sorted(modes, key=str) if conf.pool else []:
-                    prepare(self.compose.for_rollouts(entry, {"mode": mode} if mode else {}), say)
+                    self.compose.for_rollouts(entry, {"mode": mode} if mode else {}).prepare(say)
                 self.enabled[name] = True
             except Exception as exc:
                 if not conf.optional:

@@ -13,6 +13,7 @@ from typing import Any
 from rtax.core import redaction
 from rtax.core.kinds import NAMED as BUILT_IN
 from rtax.core.kinds import SUBSTRATES, UnknownKind, load
+from rtax.core.series import UNKNOWN_FIDELITY
 from rtax.substrates.base import Substrate
 
 #: kind -> "module:Class" (`rtax.core.kinds`, where the configuration reads it too)
@@ -61,3 +62,26 @@ def build_substrate(conf: Any, overrides: dict[str, Any] | None = None) -> Subst
     params.update(from_env)
     params.update(overrides or {})
     return get_substrate(conf.kind, name=conf.name, **params)
+
+
+def declared_fidelity(kind: str) -> str | None:
+    """The fidelity a kind always has (``local`` and ``docker`` are real by construction), or
+    None when it depends on where the substrate points (or the kind can't be imported here)."""
+    try:
+        declared = getattr(substrate_class(kind), "fidelity", None)
+    except Exception:
+        return None
+    return declared if isinstance(declared, str) else None
+
+
+def configured_fidelity(conf: Any) -> str:
+    """The fidelity a row of a configuration entry (`rtax.settings.SubstrateConfig`) carries
+    when its substrate could not be built: what the configuration says (``emulate = true`` sets
+    ``emulated``), else what the kind always is, else `UNKNOWN_FIDELITY`: never a silent
+    ``real`` for a cloud kind whose endpoint nobody has seen answer
+    (docs/measurement.md#fidelity)."""
+    if conf.emulate:
+        return "emulated"
+    if isinstance(conf.params.get("fidelity"), str):
+        return conf.params["fidelity"]
+    return declared_fidelity(conf.kind) or UNKNOWN_FIDELITY

@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rtax.compose import configured_fidelity
 from rtax.core import workloads
 from rtax.core.failures import HARNESS_ERROR, SETUP_ERROR, HarnessError
-from rtax.core.record import RolloutRecord, failed_record
+from rtax.core.record import RolloutIdentity, RolloutRecord, failed_record
 from rtax.core.workloads import RepoSource, Workload
 from rtax.settings.config import SubstrateConfig
 from rtax.store.database import StoreError
-from rtax.substrates import reaper
+from rtax.substrates import configured_fidelity, reaper
 from rtax.substrates.base import Substrate
 
 Log = Callable[[str], None]
@@ -93,19 +92,20 @@ def failure(
 ) -> RolloutRecord:
     """The record of a rollout of `spec` that produced none itself, classified."""
     conf = spec.substrate
-    return failed_record(
-        conf.name,
-        conf.kind,
-        spec.overrides.get("mode") or conf.params.get("mode"),
-        spec,
-        spec.run_id,
-        datetime.now(UTC),
-        error_class,
-        message,
-        wall_s=None,
+    described = RolloutIdentity(
+        substrate=conf.name,
+        kind=conf.kind,
         fidelity=fidelity or configured_fidelity(conf),
+        tier=spec.tier,
+        steps=spec.steps,
+        seed=spec.seed,
+        mode=spec.overrides.get("mode") or conf.params.get("mode"),
         # a rollout that would have claimed from a warm pool fails in the warm series
         launch_type="warm" if getattr(conf, "pool", None) else "cold",
+        n_actions=spec.steps,
+    )
+    return failed_record(
+        described, spec.run_id, datetime.now(UTC), error_class, message, wall_s=None
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from rtax.compose import Composition, prepare
+from rtax.compose import Composition
 from rtax.core.failures import CANCELLED, HARNESS_ERROR
 from rtax.core.record import RolloutRecord
 from rtax.rollouts.deadline import run_with_deadline
@@ -75,7 +75,7 @@ class LocalEngine:
         return stamp(record, self.vantage, {"kind": self.name, "vantage": self.vantage})
 
     def prepare(self, conf: SubstrateConfig, log: Log) -> None:
-        prepare(self.compose.build(conf), log)
+        self.compose.build(conf).prepare(log)
 
     def sweep(self, confs: Sequence[SubstrateConfig], log: Any) -> list[reaper.Orphan]:
         by_name = {c.name: c for c in confs}

@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.compose import Composition, prepare
+from rtax.compose import Composition
 from rtax.core import redaction
 from rtax.core.failures import ENGINE_ERROR, HarnessError
 from rtax.core.options import RolloutOptions
@@ -372,7 +372,7 @@ def node_rollout(spec: RolloutSpec, label: str) -> RolloutRecord:
 
     def ready(substrate: Any) -> None:
         if key not in node.prepared:
-            prepare(substrate, lambda message: log.info("%s: %s", spec.substrate.name, message))
+            substrate.prepare(lambda message: log.info("%s: %s", spec.substrate.name, message))
             node.prepared.add(key)
 
     built = build(spec, node.compose.build, node.compose.source, ready)
@@ -392,7 +392,7 @@ def node_prepare(conf: SubstrateConfig) -> str | None:
     """The Ray task that prepares `conf`'s substrate on this node: None, or why it can't."""
     try:
         substrate = Composition(emulations="off").build(conf)
-        prepare(substrate, lambda message: log.info("%s: %s", conf.name, message))
+        substrate.prepare(lambda message: log.info("%s: %s", conf.name, message))
         substrate.close()
     except Exception as exc:
         return f"{type(exc).__name__}: {redaction.scrub(str(exc))}"

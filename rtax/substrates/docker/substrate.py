@@ -33,7 +33,7 @@ from rtax.core.failures import (
 )
 from rtax.substrates import kit
 from rtax.substrates.base import CommandResult, Environment, Leftover, clock
-from rtax.substrates.docker import daemon as docker_engine
+from rtax.substrates.docker import daemon
 
 MODES = ("exec", "session")
 #: The engine is a local socket with no rate limit and an inspect costs about a millisecond of
@@ -84,7 +84,7 @@ class DockerSubstrate:
         self.base_url = base_url
         if host_address is not None:
             self.host_address = host_address  # configured: the gateway is not asked
-        self.api = docker_engine.engine_client(base_url, api_timeout_s)
+        self.api = daemon.engine_client(base_url, api_timeout_s)
         self.create_timeout_s = create_timeout_s
         self._engine_info: dict[str, Any] | None = None
         self._runtime_provenance: dict[str, Any] | None = None
@@ -92,7 +92,7 @@ class DockerSubstrate:
     @cached_property
     def host_address(self) -> str:
         """Where a container reaches this host: the network's gateway, asked once."""
-        return docker_engine.gateway_address(self.api, self.network)
+        return daemon.gateway_address(self.api, self.network)
 
     # -- life of one environment ------------------------------------------------------------
 
@@ -268,9 +268,9 @@ class DockerSubstrate:
             self.api.remove_container(ref, force=True)
 
     def _call_timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
-        """Bound this thread's engine calls inside to `seconds` (`docker_engine.call_timeout`:
+        """Bound this thread's engine calls inside to `seconds` (`daemon.call_timeout`:
         the client is shared by threads, so nothing is set on it)."""
-        return docker_engine.call_timeout(seconds)
+        return daemon.call_timeout(seconds)
 
     # -- around rollouts ----------------------------------------------------------------------
 
@@ -299,13 +299,13 @@ class DockerSubstrate:
         return self._engine_info
 
     def runtime_provenance(self) -> dict[str, Any]:
-        """The runtime in use as the engine runs it (`docker_engine.runtime_provenance`), asked
+        """The runtime in use as the engine runs it (`daemon.runtime_provenance`), asked
         once: it costs a `docker info` and two runsc calls."""
         if self._runtime_provenance is None:
             # The runtime's binary can only be asked where the engine runs: a local socket.
             local = self.api.base_url == "http+docker://localhost"
-            self._runtime_provenance = docker_engine.runtime_provenance(
-                self._info(), self.runtime, docker_engine.run_binary if local else None
+            self._runtime_provenance = daemon.runtime_provenance(
+                self._info(), self.runtime, daemon.run_binary if local else None
             )
         return self._runtime_provenance
 
@@ -335,14 +335,14 @@ class DockerSubstrate:
         }
 
     def toolchain_fingerprint(self, image_id: str | None = None) -> dict[str, Any] | None:
-        """The image's workload toolchain (`docker_engine.image_toolchain`, docs/toolchain.md),
+        """The image's workload toolchain (`daemon.image_toolchain`, docs/toolchain.md),
         outside any timed phase: provenance is taken before a rollout's clock starts."""
         if image_id is None:
             try:
                 image_id = self.api.inspect_image(self.image)["Id"]
             except _docker().errors.ImageNotFound:
                 return None
-        return docker_engine.image_toolchain(self.api, image_id)
+        return daemon.image_toolchain(self.api, image_id)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
