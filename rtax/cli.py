@@ -442,7 +442,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_schedule(args: argparse.Namespace) -> int:
     import logging
 
-    from rtax.service.scheduler import LockHeld, Prober
+    from rtax.service.lock import LockHeld
+    from rtax.service.scheduler import Scheduler
     from rtax.settings import config
 
     conf = config.load(args.config)
@@ -451,7 +452,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     )
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
-        Prober(conf).serve(until=STOP)  # until Ctrl-C or SIGTERM
+        Scheduler(conf).serve(until=STOP)  # until Ctrl-C or SIGTERM
     except LockHeld as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # e.g. a required (non-optional) substrate is not usable here

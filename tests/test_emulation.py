@@ -175,7 +175,7 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
 ) -> None:
     """`emulate = true`: the scheduler starts the emulation itself, probes it (samples
     labelled emulated), and stops it with itself."""
-    from rtax.service.scheduler import Prober
+    from rtax.service.scheduler import Scheduler
     from rtax.store.database import Store
 
     file = tmp_path / "rtax.toml"
@@ -186,10 +186,10 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
         '[[plans]]\nname = "p"\nsubstrates = ["k8s"]\ntier = "T0"\ninterval = "1h"\n'
     )
     conf = config.load(file)
-    prober = Prober(conf, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        assert [e.kind for e in prober.emulations] == ["kubernetes"]
+        assert [e.kind for e in scheduler.emulations] == ["kubernetes"]
 
         def runs():
             if not conf.database.exists():
@@ -200,8 +200,8 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
 
         rows = _poll(runs, 120, "a kubernetes run")
     finally:
-        prober.stop(wait=True)
-    assert prober.emulations == []
+        scheduler.stop(wait=True)
+    assert scheduler.emulations == []
     assert [(r["fidelity"], r["status"]) for r in rows] == [("emulated", "ok")]
 
 
@@ -210,7 +210,7 @@ def test_an_optional_substrate_whose_emulation_fails_is_skipped(
 ) -> None:
     """A failing probe never takes the monitor down: an optional emulated substrate whose
     emulation can't start is skipped with a warning; a required one stops the start-up."""
-    from rtax.service.scheduler import Prober
+    from rtax.service.scheduler import Scheduler
 
     def broken(kinds, log=print):
         raise RuntimeError("no Docker engine")
@@ -223,22 +223,22 @@ def test_an_optional_substrate_whose_emulation_fails_is_skipped(
     )
     file = tmp_path / "rtax.toml"
     file.write_text(base.format(optional="optional = true"))
-    prober = Prober(config.load(file), fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(config.load(file), fixture=attrs_fixture)
+    scheduler.start()
     try:
-        assert prober.enabled == {"local": True, "k8s": False}
+        assert scheduler.enabled == {"local": True, "k8s": False}
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     file.write_text(base.format(optional=""))
     with pytest.raises(RuntimeError, match="no Docker engine"):
-        Prober(config.load(file), fixture=attrs_fixture).start()
+        Scheduler(config.load(file), fixture=attrs_fixture).start()
 
 
 def test_emulated_spending_does_not_use_up_a_real_budget(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
     from factories import make_record
-    from rtax.service.scheduler import Prober
+    from rtax.service.scheduler import Scheduler
     from rtax.store.database import Store
 
     file = tmp_path / "rtax.toml"
@@ -256,6 +256,8 @@ def test_emulated_spending_does_not_use_up_a_real_budget(tmp_path: Path) -> None
                 store.save_rollout(
                     make_record(f"{name}{i}", substrate=name, fidelity="emulated", started_at=now)
                 )
-        prober = Prober(conf)
-        assert prober._over_budget(conf.substrates["ec2"], store) is None
-        assert "3 of 2 rollouts" in prober._over_budget(conf.substrates["ec2-demo"], store)
+        scheduler = Scheduler(conf)
+        assert scheduler.dispatcher.over_budget(conf.substrates["ec2"], store) is None
+        assert "3 of 2 rollouts" in scheduler.dispatcher.over_budget(
+            conf.substrates["ec2-demo"], store
+        )

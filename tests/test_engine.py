@@ -21,7 +21,7 @@ from rtax.core import redaction
 from rtax.rollouts.engines.base import RolloutSpec, settle
 from rtax.rollouts.engines.local import LocalEngine
 from rtax.rollouts.engines.ray import RayEngine
-from rtax.service.scheduler import Prober
+from rtax.service.scheduler import Scheduler
 from rtax.settings import config
 from rtax.settings.config import ConfigError, SubstrateConfig
 from rtax.settings.engine import EngineSettings
@@ -82,16 +82,16 @@ def test_the_local_engine_stamps_vantage_and_engine_under_the_chosen_run_id(
             name=entry.name, root=tmp_path / "envs", template=attrs_fixture.template
         )
 
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    engine = prober.engine
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    engine = scheduler.engine
     assert isinstance(engine, LocalEngine)
     spec = RolloutSpec(conf.substrates["local"], "T0", run_id="chosen-before-dispatch")
     record = engine.submit(spec).result(timeout=60)
     assert record is not None and record.ok
     assert (record.run["run_id"], record.run["vantage"]) == ("chosen-before-dispatch", "lab-3")
     assert json.loads(record.run["provenance"])["engine"] == {"kind": "local", "vantage": "lab-3"}
-    prober.save(record)
-    prober.save(record)  # a second outcome of the same run id is not a second row
+    scheduler.save(record)
+    scheduler.save(record)  # a second outcome of the same run id is not a second row
     with Store(conf.database) as store:
         runs = store.runs()
     assert list(runs["run_id"]) == ["chosen-before-dispatch"]

@@ -18,7 +18,7 @@ from rtax.emulation.faults import Fault
 from rtax.faultsuite import scenario, tally
 from rtax.faultsuite.inject import kind_of
 from rtax.faultsuite.watch import LogFollower, search_files
-from rtax.service.scheduler import _announce
+from rtax.service.dispatch import _announce
 from rtax.settings import config
 
 
@@ -108,7 +108,7 @@ def test_the_scheduler_log_line_is_what_the_suite_counts(caplog) -> None:
             "error_class": "deadline_exceeded",
         }
     )
-    with caplog.at_level(logging.INFO, logger="rtax.service.scheduler"):
+    with caplog.at_level(logging.INFO, logger="rtax.service.dispatch"):
         _announce(record)
     assert tally.finished_runs(caplog.messages) == {"0123abcd": "docker-gvisor"}
     assert tally.finished_runs(["plan x: docker T0 ok in 0.5 s"]) == {}

@@ -22,7 +22,7 @@ from rtax.core import workloads
 from rtax.core.failures import CreateFailed
 from rtax.core.options import RolloutOptions
 from rtax.rollouts.rollout import run_rollout
-from rtax.service.scheduler import Prober
+from rtax.service.scheduler import Scheduler
 from rtax.settings import config
 from rtax.substrates import kit, reaper
 from rtax.substrates.base import Environment, Leftover
@@ -220,8 +220,8 @@ interval = "1h"
         return kind(name=entry.name, **params, **overrides)
 
     local = LocalSubstrate(name="local", **params)
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
         # made after the start-up reap, by this (live) process: only its expiry can free it
         _plant(local, "expires-soon", **{kit.EXPIRES_AT: _iso(1.5)})
@@ -232,10 +232,10 @@ interval = "1h"
             "the expired leftover reaped",
         )
         assert "in-use" in [lo.run_id for lo in local.leftovers()]
-        assert not prober.stopped.is_set()
-        assert prober._scheduler.get_job("reaper") is not None
+        assert not scheduler.stopped.is_set()
+        assert scheduler._scheduler.get_job("reaper") is not None
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
         for leftover in local.leftovers():
             local.destroy(leftover, 30)
 

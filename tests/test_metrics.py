@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from factories import make_record
 from rtax.core.paths import checkout_root
 from rtax.service.prometheus import BUCKETS, NAMES, Metrics, serve
-from rtax.service.scheduler import Prober
+from rtax.service.scheduler import Scheduler
 from rtax.settings import config
 from rtax.store.database import Store
 
@@ -124,26 +124,26 @@ def test_last_probe_age_is_read_at_scrape_and_seeded_from_the_database(tmp_path:
 
 def test_a_spooled_record_counts_when_it_is_written_not_before(tmp_path: Path) -> None:
     conf = _config(tmp_path, enabled=False)
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
     conf.database.mkdir()  # the database is unavailable
-    prober.save(make_record("first"))
+    scheduler.save(make_record("first"))
     ok = {"status": "ok", "error_class": "none"}
-    assert _value(prober.metrics, "rtax_rollouts_total", **ok) is None  # spooled, not stored
+    assert _value(scheduler.metrics, "rtax_rollouts_total", **ok) is None  # spooled, not stored
     conf.database.rmdir()
-    prober.save(make_record("second"))
-    assert _value(prober.metrics, "rtax_rollouts_total", **ok) == 2
+    scheduler.save(make_record("second"))
+    assert _value(scheduler.metrics, "rtax_rollouts_total", **ok) == 2
 
 
 def test_a_failing_listener_never_spools_a_stored_record(tmp_path: Path) -> None:
     conf = _config(tmp_path, enabled=False)
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
 
     def broken(record: object) -> None:
         raise ValueError("a bug in the metrics")
 
-    prober._spool.on_saved = broken
-    prober.save(make_record("only"))
-    assert not prober.spool.exists()
+    scheduler._spool.on_saved = broken
+    scheduler.save(make_record("only"))
+    assert not scheduler.spool.exists()
     with Store(conf.database) as store:
         assert store.count("runs") == 1
 

@@ -27,7 +27,7 @@ import pytest
 from factories import make_record
 from rtax.core.failures import CreateFailed
 from rtax.service.prometheus import BUCKETS
-from rtax.service.scheduler import Prober
+from rtax.service.scheduler import Scheduler
 from rtax.settings import config
 from rtax.store.database import Store
 from rtax.substrates.base import Environment
@@ -122,7 +122,7 @@ class _Prometheus:
 
 
 @pytest.fixture
-def scheduler(tmp_path: Path, attrs_fixture) -> Iterator[Prober]:
+def scheduler(tmp_path: Path, attrs_fixture) -> Iterator[Scheduler]:
     """A scheduler whose one plan runs `ROLLOUTS` T0 rollouts on `local` and on `broken` at
     start (then not for an hour), over a database that already holds an older series."""
     file = tmp_path / "rtax.toml"
@@ -157,15 +157,15 @@ interval = "1h"
         params = {"root": tmp_path / "envs", "template": attrs_fixture.template}
         return kind(name=entry.name, **params, **overrides)
 
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        yield prober
+        yield scheduler
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
 
 
-def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: Prober) -> None:
+def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: Scheduler) -> None:
     _binary()
     assert scheduler.metrics_url is not None
     target = urllib.parse.urlsplit(scheduler.metrics_url).netloc
@@ -179,7 +179,7 @@ def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: P
         prometheus.stop()
 
 
-def _check(prometheus: _Prometheus, scheduler: Prober) -> None:
+def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
     def stored() -> Any:
         with Store(scheduler.config.database, create=False) as store:
             runs = store.runs()

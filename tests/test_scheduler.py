@@ -1,4 +1,4 @@
-"""The live prober: plans run on schedule with their lag recorded, a hanging substrate is cut at
+"""The live scheduler: plans run on schedule with their lag recorded, a hanging substrate is cut at
 the deadline without stopping the others, one scheduler per database, and a SIGKILLed
 scheduler leaves no partial rows and its orphan is reaped at the next start."""
 
@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from polling import wait_for
-from rtax.service.scheduler import LockHeld, Prober, SchedulerLock
+from rtax.service.lock import LockHeld, SchedulerLock
+from rtax.service.scheduler import Scheduler
 from rtax.settings import config
 from rtax.settings.config import SubstrateConfig
 from rtax.store.database import Store
@@ -80,18 +81,18 @@ def factory(tmp_path: Path, attrs_fixture):
 
 @pytest.fixture
 def prober_of(attrs_fixture, factory) -> Iterator:
-    made: list[Prober] = []
+    made: list[Scheduler] = []
 
-    def make(conf) -> Prober:
-        prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-        made.append(prober)
-        prober.start()
-        return prober
+    def make(conf) -> Scheduler:
+        scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+        made.append(scheduler)
+        scheduler.start()
+        return scheduler
 
     yield make
     _Hang.release.set()
-    for prober in made:
-        prober.stop(wait=True)
+    for scheduler in made:
+        scheduler.stop(wait=True)
     _Hang.release.clear()
 
 
@@ -156,14 +157,14 @@ def test_a_pooled_substrate_is_filled_at_start_claimed_from_and_emptied_at_stop(
     plans = PLAN_T0.replace('substrates = ["local"]', 'substrates = ["local", "warm"]')
     extra = '[[substrates]]\nname = "warm"\nkind = "local"\npool = { size = 2 }\n'
     conf = _config(tmp_path, plans, extra)
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        (pool,) = prober.compose.pools.values()
+        (pool,) = scheduler.compose.pools.values()
         assert pool.counts()["ready"] == 2  # filled before the first plan ran
         wait_for(lambda: (_runs(conf.database)["substrate"] == "warm").sum() >= 3, 30, "3 warm")
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     runs = _runs(conf.database)
     assert (runs["status"] == "ok").all()
     warm, cold = runs[runs["substrate"] == "warm"], runs[runs["substrate"] == "local"]
@@ -331,15 +332,17 @@ kind = "local"
 max_env_minutes_per_day = 1
 """
     conf = _config(tmp_path, "", extra_substrates=budgets)
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
     with Store(conf.database) as store:
-        assert prober._over_budget(conf.substrates["one-a-day"], store) is None
-        prober._in_flight["one-a-day"] = [time.monotonic()]
-        assert "1 of 1 rollouts" in prober._over_budget(conf.substrates["one-a-day"], store)
-        prober._in_flight["a-minute-a-day"] = [time.monotonic() - 30]
-        assert prober._over_budget(conf.substrates["a-minute-a-day"], store) is None
-        prober._in_flight["a-minute-a-day"] = [time.monotonic() - 90]
-        why = prober._over_budget(conf.substrates["a-minute-a-day"], store)
+        assert scheduler.dispatcher.over_budget(conf.substrates["one-a-day"], store) is None
+        scheduler.dispatcher.in_flight["one-a-day"] = [time.monotonic()]
+        assert "1 of 1 rollouts" in scheduler.dispatcher.over_budget(
+            conf.substrates["one-a-day"], store
+        )
+        scheduler.dispatcher.in_flight["a-minute-a-day"] = [time.monotonic() - 30]
+        assert scheduler.dispatcher.over_budget(conf.substrates["a-minute-a-day"], store) is None
+        scheduler.dispatcher.in_flight["a-minute-a-day"] = [time.monotonic() - 90]
+        why = scheduler.dispatcher.over_budget(conf.substrates["a-minute-a-day"], store)
         assert why is not None and "environment-minutes" in why
 
 
@@ -408,12 +411,12 @@ def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
     def factory(conf: SubstrateConfig, overrides: dict):
         return _Unreachable(name=conf.name, root=tmp_path / "envs", template=attrs_fixture.template)
 
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
         wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     runs = _runs(conf.database)
     t0, t2 = (runs[runs["tier"] == t].iloc[0] for t in ("T0", "T2"))
     assert t0["status"] == "ok"
@@ -429,18 +432,18 @@ def test_a_record_the_database_cannot_take_is_spooled_then_written(tmp_path: Pat
     from factories import make_record
 
     conf = _config(tmp_path, "")
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
     conf.database.mkdir()  # the database is unavailable (here: a folder stands in its place)
-    prober.save(make_record("first"))
-    assert prober.spool.exists() and not conf.database.is_file()  # nothing written, kept
+    scheduler.save(make_record("first"))
+    assert scheduler.spool.exists() and not conf.database.is_file()  # nothing written, kept
     conf.database.rmdir()
-    prober.save(make_record("second"))  # the database is back: the spool goes first
-    assert not prober.spool.exists()
+    scheduler.save(make_record("second"))  # the database is back: the spool goes first
+    assert not scheduler.spool.exists()
     assert sorted(_runs(conf.database)["run_id"]) == ["first", "second"]
 
 
 def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None:
-    from rtax.service.scheduler import configured_fidelity
+    from rtax.substrates import configured_fidelity
 
     def entry(kind: str, **fields) -> SubstrateConfig:
         return SubstrateConfig(name=kind, kind=kind, params=fields.pop("params", {}), **fields)
@@ -496,7 +499,7 @@ p95_above = "1ms"
 samples = 1
 """,
         )
-        prober = prober_of(conf)
+        scheduler = prober_of(conf)
         wait_for(lambda: receiver.requests == 1, 30, "the alert posted")
         stored = len(_runs(conf.database))
         wait_for(lambda: len(_runs(conf.database)) >= stored + 2, 30, "rollouts while it hangs")
@@ -507,7 +510,7 @@ samples = 1
         assert incident["state"] == "open" and incident["rule"] == "slow"
         passes = len(_runs(conf.database))
         wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")
-        assert prober.notifier is not None
+        assert scheduler.notifier is not None
         assert len(receiver.bodies) == 1 and receiver.requests == 1
     finally:
         receiver.close()

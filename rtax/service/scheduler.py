@@ -1,4 +1,4 @@
-"""The live prober: an APScheduler background scheduler that runs the configured probe plans.
+"""The live scheduler: an APScheduler background scheduler that runs the configured probe plans.
 
 Why these choices (docs/configuration.md#scheduler):
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from concurrent import futures
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
@@ -40,22 +39,19 @@ from rtax.compose import Composition, Factory
 from rtax.core import redaction
 from rtax.core.record import RolloutRecord
 from rtax.rollouts import engines
-from rtax.rollouts.engines.base import RolloutSpec, setup_failure
-from rtax.service import alerts, budget
+from rtax.service import alerts
 from rtax.service import detection as monitor
 from rtax.service import prometheus as metrics
-from rtax.service.lock import LockHeld, SchedulerLock
-from rtax.settings.config import Config, Plan, SubstrateConfig
-from rtax.store.database import Store
+from rtax.service.dispatch import TOO_LATE, Dispatcher
+from rtax.service.lock import SchedulerLock
+from rtax.settings.config import Config, Plan
 from rtax.store.spool import Spool
-from rtax.substrates import build_substrate, configured_fidelity, reaper
+from rtax.substrates import build_substrate, reaper
 
-__all__ = ["LockHeld", "Prober", "SchedulerLock", "configured_fidelity"]
-
-log = logging.getLogger("rtax.service.scheduler")
+log = logging.getLogger(__name__)
 
 
-class Prober:
+class Scheduler:
     """Runs the plans of a `Config` on a background scheduler, writing every rollout.
 
     Its substrates, their emulations, T2's git servers and its database come from one
@@ -76,7 +72,6 @@ class Prober:
             config, emulations="owned", factory=factory, fixture=fixture, log=log.info
         )
         self.lock = SchedulerLock(config.database)
-        self.slots = threading.BoundedSemaphore(config.concurrency)
         self.enabled: dict[str, bool] = {}
         self._due: dict[str, list[datetime]] = {}
         self._due_changed = threading.Condition()
@@ -84,10 +79,6 @@ class Prober:
         self._scheduler: Any = None
         self._start = clock_start
         self.stopped = threading.Event()
-        #: rollouts running now, per substrate name (monotonic start times), so that budgets
-        #: count them before they are stored; guarded by `_budget_lock`
-        self._in_flight: dict[str, list[float]] = {}
-        self._budget_lock = threading.Lock()
         #: substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
         #: what it stored, as Prometheus metrics, served at `metrics_url` while it runs
@@ -96,8 +87,10 @@ class Prober:
         self._endpoint: metrics.Endpoint | None = None
         #: posts incident alerts while it runs (None: no webhook configured)
         self.notifier: alerts.Notifier | None = None
-        #: where its rollouts run (`rtax.rollouts.engines.base`: these threads, or a Ray cluster)
+        #: where its rollouts run (`rtax.rollouts.engines`: these threads, or a Ray cluster)
         self.engine = engines.make(config.engine, self.compose, self.cancel)
+        #: the probe slots, today's budgets and the one writer of records
+        self.dispatcher = Dispatcher(config, self.compose, self.engine, self._spool, self.stopped)
 
     @property
     def emulations(self) -> list[Any]:
@@ -298,7 +291,7 @@ class Prober:
     def run_reaper(self) -> None:
         """The periodic reap (every ``reap_interval``), holding a probe slot so that removals
         never overlap a measurement; whatever fails is logged, the monitor goes on."""
-        with self.slots:
+        with self.dispatcher.slots:
             if self.stopped.is_set():
                 return
             try:
@@ -311,7 +304,7 @@ class Prober:
         disk work never overlaps a measurement)."""
         from rtax.store import retention
 
-        with self.slots, self.compose.store() as store:
+        with self.dispatcher.slots, self.compose.store() as store:
             try:
                 report = retention.fold(
                     store,
@@ -356,114 +349,22 @@ class Prober:
                     return
                 conf = self.config.substrates[name]
                 try:
-                    went = self._dispatch(plan, conf, vantage, scheduled)
+                    went = self.dispatcher.dispatch(plan, conf, vantage, scheduled)
                 except Exception as exc:  # a failing probe never stops the monitor
                     log.exception("plan %s on %s: could not set up the rollout", plan.name, name)
                     try:
-                        self._save_setup_error(plan, conf, scheduled, exc, vantage=vantage)
+                        self.dispatcher.save_setup_error(
+                            plan, conf, scheduled, exc, vantage=vantage
+                        )
                     except Exception:
                         log.exception("could not record the setup error")
                     continue
-                if went is False:
+                if went is TOO_LATE:
                     return  # too late for this cycle: skipped, not run late
                 if isinstance(went, Future):
                     flying.append(went)
         finally:
             futures.wait(flying)
-
-    def _over_budget(self, conf: SubstrateConfig, store: Store) -> str | None:
-        """Why today's budget of `conf` forbids another rollout, or None."""
-        return budget.forbids(conf, store, running=self._in_flight.get(conf.name, []))
-
-    def _dispatch(
-        self, plan: Plan, conf: SubstrateConfig, vantage: str | None, scheduled: datetime | None
-    ) -> Future[RolloutRecord | None] | bool:
-        """Take a probe slot and hand one rollout to the engine; its future (the slot is
-        freed when it is stored), True when today's budget skips it, False when the cycle is
-        already later than the misfire grace (or the scheduler stopped while this waited for
-        a slot)."""
-        self.slots.acquire()
-        started: float | None = None
-        future: Future[RolloutRecord | None] | None = None
-        try:
-            if self.stopped.is_set():
-                return False
-            if scheduled is not None:
-                late = (datetime.now(UTC) - scheduled).total_seconds()
-                if late > self.config.misfire_grace_s:
-                    log.warning(
-                        "plan %s: %.0f s late (waiting for a probe slot), past the "
-                        "misfire grace; the rest of this cycle is skipped",
-                        plan.name,
-                        late,
-                    )
-                    return False
-            with self._budget_lock:  # check and count in one step: concurrent plans can't
-                with self.compose.store() as store:  # both take the last rollout
-                    why = self._over_budget(conf, store)
-                if why:
-                    log.info(
-                        "plan %s: %s is over its daily budget (%s); skipped",
-                        plan.name,
-                        conf.name,
-                        why,
-                    )
-                    return True
-                started = time.monotonic()
-                self._in_flight.setdefault(conf.name, []).append(started)
-            spec = RolloutSpec(
-                self.compose.entry(conf.name),
-                plan.tier,
-                plan.steps,
-                seed=0,
-                deadline_s=self.config.deadline_s,
-                overrides={"mode": plan.mode} if plan.mode else {},
-                vantage=vantage,
-            )
-            future = self.engine.submit(spec)
-        finally:
-            if future is None:  # skipped, or it could not be handed over: the slot is free
-                self._free(conf, started)
-        future.add_done_callback(lambda f: self._finished(f, plan, conf, scheduled, started))
-        return future
-
-    def _free(self, conf: SubstrateConfig, started: float | None) -> None:
-        if started is not None:
-            with self._budget_lock:
-                self._in_flight[conf.name].remove(started)
-        self.slots.release()
-
-    def _finished(
-        self,
-        future: Future[RolloutRecord | None],
-        plan: Plan,
-        conf: SubstrateConfig,
-        scheduled: datetime | None,
-        started: float | None,
-    ) -> None:
-        """Store a finished rollout (none when it was cancelled: stopping), then free its
-        slot."""
-        try:
-            record = future.result()
-            if record is None:
-                return  # stopping: half a rollout is no sample, and no failure either
-            _announce(record)
-            self.save(_planned(record, plan, scheduled))
-            run = record.run
-            log.info(
-                "plan %s: %s %s%s %s in %.3f s%s",
-                plan.name,
-                run["substrate"],
-                run["tier"],
-                f" S={run['steps']}" if run["steps"] else "",
-                run["status"],
-                run["wall_s"] or 0.0,
-                f" ({run['error_class']})" if run["error_class"] else "",
-            )
-        except Exception:
-            log.exception("plan %s on %s: could not keep the rollout", plan.name, conf.name)
-        finally:
-            self._free(conf, started)
 
     # -- keeping every record ----------------------------------------------------------------
 
@@ -473,51 +374,5 @@ class Prober:
         return self._spool.path
 
     def save(self, record: RolloutRecord) -> None:
-        """Store `record`; if the database is busy or unavailable, spool it: a record is never
-        lost to rtax's own trouble (docs/measurement.md#failures)."""
-        self._spool.save(record)
-
-    def _save_setup_error(
-        self,
-        plan: Plan,
-        conf: SubstrateConfig,
-        scheduled: datetime | None,
-        exc: Exception,
-        *,
-        vantage: str | None = None,
-    ) -> RolloutRecord:
-        """A rollout that could not even be handed to the engine is a failure too: kept as a
-        row, classified as `rtax.rollouts.engines.base.setup_failure` does (rtax's own trouble a
-        `harness_error`, anything else a `setup_error`)."""
-        spec = RolloutSpec(
-            conf,
-            plan.tier,
-            plan.steps,
-            overrides={"mode": plan.mode} if plan.mode else {},
-            vantage=vantage,
-        )
-        record = setup_failure(spec, exc)
-        _announce(record)
-        self.save(_planned(record, plan, scheduled))
-        return record
-
-
-def _announce(record: RolloutRecord) -> None:
-    """Log a measured rollout *before* it is stored, with its run id: a record that is then
-    lost (neither in the database nor in the spool) is visible in the log, and the fault suite
-    counts it (docs/faults.md)."""
-    run = record.run
-    log.info(
-        "rollout finished: %s %s [run %s]",
-        run["substrate"],
-        run["status"] if not run["error_class"] else f"{run['status']} ({run['error_class']})",
-        run["run_id"],
-    )
-
-
-def _planned(record: RolloutRecord, plan: Plan, scheduled: datetime | None) -> RolloutRecord:
-    """`record` with its plan and, beside its actual start, when it was due."""
-    record.run["plan"] = plan.name
-    if scheduled is not None:
-        record.run["scheduled_at"] = scheduled.astimezone(UTC).isoformat(timespec="microseconds")
-    return record
+        """Store `record`, else spool it (`Dispatcher.save`)."""
+        self.dispatcher.save(record)
