@@ -31,6 +31,7 @@ from rtax.settings.config import ConfigError
 from rtax.settings.loads import MAX_ROLLOUTS, SHAPES, LoadError
 from rtax.store.database import StoreError
 from rtax.store.spool import MEMORY
+from rtax.store.spool import log as spool_log
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates import names as builtin_names
 
@@ -237,7 +238,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from rtax.rollouts import probe as batch
 
     # One line at the end says what was spooled (`_report_spooled`), not a log line per try.
-    logging.getLogger("rtax.store.spool").addHandler(logging.NullHandler())
+    spool_log.addHandler(logging.NullHandler())
 
     request = batch.Probe(
         args.substrate,
@@ -271,7 +272,7 @@ def cmd_burst(args: argparse.Namespace) -> int:
 
     from rtax.rollouts import burst as load
 
-    logging.getLogger("rtax.store.spool").addHandler(logging.NullHandler())
+    spool_log.addHandler(logging.NullHandler())
     try:
         plan = load.plan_of(
             args.load,
@@ -492,7 +493,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_health(args: argparse.Namespace) -> int:
     from rtax.dashboard import serve
-    from rtax.service.lock import health
+    from rtax.service.health import health
     from rtax.settings import config
 
     url = args.url

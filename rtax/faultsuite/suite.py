@@ -30,7 +30,7 @@ from rtax.faultsuite.dockerd import PrivateEngine
 from rtax.faultsuite.inject import Injector
 from rtax.faultsuite.watch import DashboardReaders, EnvironmentSearch, LogFollower, search_files
 
-log = logging.getLogger("rtax.faultsuite")
+log = logging.getLogger(__name__)
 
 #: After the faults: how long the scheduler has to finish one more rollout (it is alive), to
 #: stop on SIGTERM, and the leftovers' removal to settle (the kubelet removes in the background).

@@ -17,7 +17,7 @@ from pathlib import Path
 from rtax.faultsuite import tally
 from rtax.faultsuite.dockerd import PrivateEngine
 
-log = logging.getLogger("rtax.faultsuite")
+log = logging.getLogger(__name__)
 
 
 class LogFollower:

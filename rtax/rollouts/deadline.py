@@ -23,7 +23,7 @@ from rtax.core.workloads import Workload
 from rtax.rollouts.rollout import identity, run_rollout
 from rtax.substrates.base import Substrate
 
-log = logging.getLogger("rtax.service.scheduler")
+log = logging.getLogger(__name__)
 
 #: How long a stop waits for a rollout in flight to end and clean up before leaving it: rollouts
 #: end at their next step; this bounds one stuck in a long substrate call.

@@ -35,7 +35,7 @@ from rtax.analysis.rules import Alerts
 from rtax.core import redaction
 from rtax.store.database import Store
 
-log = logging.getLogger("rtax.service.alerts")
+log = logging.getLogger(__name__)
 
 #: The incident fields an alert carries besides its text.
 FIELDS = (

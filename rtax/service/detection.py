@@ -21,7 +21,7 @@ from rtax.analysis.rules import Alerts, Detection
 from rtax.core.series import DIMENSIONS, Series
 from rtax.store.database import Store
 
-_log = logging.getLogger("rtax.service.detection")
+_log = logging.getLogger(__name__)
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
 #: The columns that make a series (rtax.analysis.stats.DEFAULT_GROUP, and the launch type: a warm

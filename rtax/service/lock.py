@@ -1,5 +1,5 @@
-"""One scheduler per database: the lock it holds for its lifetime, and the health check that
-reads it.
+"""One scheduler per database: the lock it holds for its lifetime (`rtax.service.health` reads
+it).
 
 Why a flock (docs/configuration.md#scheduler): the kernel drops it when its process dies, however it
 dies, so a crashed scheduler never blocks the next one, and "is a scheduler running on this
@@ -51,31 +51,3 @@ class SchedulerLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-
-
-def health(url: str, config_path: Path | None = None) -> list[str]:
-    """What is wrong with a deployment (docs/container.md): the dashboard at `url` does not
-    answer ``ok``, or no scheduler holds the lock of the configured database. Empty: healthy."""
-    import urllib.request
-
-    from rtax.settings import config
-
-    problems = []
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            if answer.read().strip() != b"ok":
-                problems.append(f"dashboard at {url} did not answer ok")
-    except OSError as exc:
-        problems.append(f"dashboard at {url}: {exc}")
-    try:
-        lock = SchedulerLock(config.load(config_path).database)
-        lock.acquire()  # we got it: no scheduler holds it
-        lock.release()
-        problems.append("no scheduler holds the database lock")
-    except LockHeld:
-        pass  # a scheduler is running
-    except config.ConfigError as exc:
-        problems.append(f"configuration: {exc.problems[0]}")
-    except OSError as exc:
-        problems.append(f"cannot check the scheduler lock: {exc}")
-    return problems

@@ -42,7 +42,7 @@ from rtax.core import paths
 from rtax.core.record import RolloutRecord
 from rtax.store.database import Store, StoreError
 
-log = logging.getLogger("rtax.store.spool")
+log = logging.getLogger(__name__)
 
 #: Pauses before the second and third attempt at a busy database (each attempt already waits
 #: SQLite's busy timeout, `rtax.store.database.default_busy_timeout_s`).

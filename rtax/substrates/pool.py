@@ -36,7 +36,7 @@ from rtax.settings.pool import PoolSettings
 from rtax.substrates.base import CommandResult, Environment, Leftover, Substrate, clock
 from rtax.substrates.coldstart import cold_start
 
-log = logging.getLogger("rtax.pool")
+log = logging.getLogger(__name__)
 
 #: The prefix of the run id a pooled environment is labelled with while no rollout owns it.
 POOL_RUN_PREFIX = "pool-"

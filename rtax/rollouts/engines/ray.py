@@ -48,7 +48,7 @@ from rtax.settings.config import SubstrateConfig
 from rtax.settings.engine import EngineSettings
 from rtax.substrates import reaper
 
-log = logging.getLogger("rtax.rollouts.engines.base")
+log = logging.getLogger(__name__)
 
 #: The vantage of a node without the vantage label, and of a spread rollout lost before anyone
 #: learned where it ran.
