@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from rtax.core.checks import is_number, is_whole
+
 
 @dataclass(frozen=True)
 class PoolSettings:
@@ -25,20 +27,16 @@ class PoolSettings:
     max_idle_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if not _whole(self.size) or self.size < 1:
+        if not is_whole(self.size, low=1):
             raise ValueError(f"size must be a whole number >= 1, got {self.size!r}")
-        if not _whole(self.refill_concurrency) or not 1 <= self.refill_concurrency <= self.size:
+        if not is_whole(self.refill_concurrency) or not 1 <= self.refill_concurrency <= self.size:
             raise ValueError(
                 f"refill_concurrency must be a whole number from 1 to size ({self.size}), got "
                 f"{self.refill_concurrency!r} (no more creates can be in flight than slots)"
             )
         idle = self.max_idle_s
-        if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < 1e9:
+        if not is_number(idle) or not 0 < idle < 1e9:
             raise ValueError(f"max_idle must be a positive number of seconds, got {idle!r}")
 
     def describe(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
