@@ -26,8 +26,10 @@ from rtax.core import paths, workloads
 from rtax.core.kinds import EMULATIONS, NAMED, connection_params, parameters
 from rtax.core.kinds import SUBSTRATES as REGISTRY
 from rtax.planning import pricing
+from rtax.settings import alerts as alert_tables
 from rtax.settings import engine as engine_settings
 from rtax.settings import loads as loadplan
+from rtax.settings import prices as price_tables
 from rtax.settings.dashboard import Dashboard
 from rtax.settings.dashboard import parse as parse_dashboard
 from rtax.settings.pool import PoolSettings
@@ -295,8 +297,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
             budget if isinstance(budget, int) else None,
             float(minutes) if minutes is not None else None,
             emulate is True,
-            pricing.parse_limits(entry.get("limits"), f"{key}.limits", bad),
-            pricing.parse_prices(entry.get("prices"), f"{key}.prices", bad),
+            price_tables.parse_limits(entry.get("limits"), f"{key}.limits", bad),
+            price_tables.parse_prices(entry.get("prices"), f"{key}.prices", bad),
             pool_settings(entry["pool"], f"{key}.pool", bad) if "pool" in entry else None,
         )
 
@@ -425,9 +427,9 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     metrics = _metrics(raw.get("metrics", {}), bad)
 
     dashboard = parse_dashboard(raw.get("dashboard", {}), bad)
-    detection = rules.parse_detection(raw.get("detection", {}), bad, duration)
-    alerts = rules.parse_alerts(raw.get("alerts", {}), bad, duration, set(substrates))
-    status = rules.parse_status(raw.get("status", {}), bad, duration, set(substrates))
+    detection = alert_tables.parse_detection(raw.get("detection", {}), bad)
+    alerts = alert_tables.parse_alerts(raw.get("alerts", {}), bad, set(substrates))
+    status = alert_tables.parse_status(raw.get("status", {}), bad, set(substrates))
 
     def has_modes(name: str) -> bool | None:
         kind = substrates[name].kind if name in substrates else NAMED.get(name, (None,))[0]
