@@ -19,8 +19,7 @@ import pytest
 
 from polling import wait_for
 from rtax.service.scheduler import LockHeld, Prober, SchedulerLock
-from rtax.settings import config
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig, config
 from rtax.store.database import Store
 from rtax.substrates import build_substrate
 from rtax.substrates.base import Environment

@@ -31,7 +31,7 @@ from typing import Any
 
 from rtax.core.failures import HARNESS_ERROR, OWN_ERRORS
 from rtax.core.record import LOCAL_VANTAGE, PHASES, UNKNOWN_FIDELITY, RolloutRecord
-from rtax.settings.config import MetricsSettings
+from rtax.settings import MetricsSettings
 from rtax.store.database import Store
 
 #: The labels of one series; every metric carries them, in this order.

@@ -45,7 +45,7 @@ from rtax.service import alerts, budget
 from rtax.service import detection as monitor
 from rtax.service import prometheus as metrics
 from rtax.service.lock import LockHeld, SchedulerLock
-from rtax.settings.config import Config, Plan, SubstrateConfig
+from rtax.settings import Config, Plan, SubstrateConfig
 from rtax.store.database import Store
 from rtax.store.spool import Spool
 from rtax.substrates import build_substrate, reaper

@@ -22,16 +22,13 @@ from typing import Any
 
 from rtax.analysis.envelope import Bounds
 from rtax.core import workloads
-from rtax.core.checks import is_number, is_text, is_whole
+from rtax.core.checks import Bad, duration, is_number, is_text, is_whole
 
 SHAPES: tuple[str, ...] = ("sequential", "staggered", "burst")
 #: Launches of one load run at most: one thread each, all started before the first launch.
 MAX_ROLLOUTS = 1000
 _LOAD_KEYS = frozenset({"name", "substrate", "tier", "steps", "shape", "n", "every", "mode"})
 _CAPACITY_KEYS = frozenset({"ttfc_p95_max", "ttfc_p95_ratio_max", "failure_rate_max"})
-
-Bad = Callable[[str, str], None]
-Duration = Callable[[Any], float]
 
 
 class LoadError(ValueError):
@@ -116,7 +113,6 @@ class LoadPlan:
 def parse_loads(
     entries: Any,
     bad: Bad,
-    duration: Duration,
     substrates: set[str],
     has_modes: Callable[[str], bool | None],
 ) -> tuple[LoadPlan, ...]:
@@ -182,7 +178,7 @@ def parse_loads(
     return tuple(plans)
 
 
-def parse_capacity(raw: Any, bad: Bad, duration: Duration) -> Bounds:
+def parse_capacity(raw: Any, bad: Bad) -> Bounds:
     """The ``[capacity]`` table (the envelope's bounds); each mistake reported through `bad`."""
     if not isinstance(raw, dict):
         bad("capacity", "must be a table")

@@ -1,8 +1,10 @@
 """A warm pool's shape: the ``pool`` table of a ``[[substrates]]`` entry
 (docs/configuration.md#warm-pools).
 
-Why in the settings: the configuration checks it when the file is read, and the pool
-(`rtax.substrates.pool`) takes it as it is; every bound is checked once, here.
+Why in the settings, and a module apart from the substrates table: the configuration checks it
+when the file is read, and the pool (`rtax.substrates.pool`) takes `PoolSettings` as it is,
+without the rest of a substrate's entry; a pool built in code (a benchmark, a test) passes the
+same bounds, checked once, in `PoolSettings` itself.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.core.checks import is_number, is_whole
+from rtax.core.checks import Bad, duration_at_least, is_number, is_whole
+
+_KEYS = ("size", "refill_concurrency", "max_idle")
 
 
 @dataclass(frozen=True)
@@ -40,3 +44,29 @@ class PoolSettings:
 
     def describe(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def parse(table: Any, key: str, bad: Bad) -> PoolSettings | None:
+    """A ``pool`` table (``{size = 4, refill_concurrency = 2, max_idle = "10m"}``), each
+    mistake reported through `bad` under `key`; None when it is unusable."""
+    if not isinstance(table, dict):
+        bad(key, "must be a table: pool = {size = 4, refill_concurrency = 2}")
+        return None
+    for extra in sorted(set(table) - set(_KEYS)):
+        bad(f"{key}.{extra}", f"unknown key (known: {', '.join(_KEYS)})")
+    if "size" not in table:
+        bad(f"{key}.size", "missing (how many environments to keep ready, >= 1)")
+        return None
+    values: dict[str, Any] = {"size": table["size"]}
+    values["refill_concurrency"] = table.get("refill_concurrency", 1)
+    try:
+        values["max_idle_s"] = duration_at_least(table.get("max_idle", "10m"), 1)
+    except ValueError as exc:
+        bad(f"{key}.max_idle", str(exc))
+        return None
+    try:
+        return PoolSettings(**values)
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        bad(f"{key}.{'max_idle' if name == 'max_idle' else name}", str(exc))
+        return None
