@@ -1,10 +1,12 @@
 """The shared validators (rtax.core.checks): what each accepts and refuses, the messages the
-configuration prints."""
+configuration prints, and that no other module writes its own guard against ``bool`` again."""
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from rtax.core import checks
 
+ROOT = Path(__file__).resolve().parent.parent
 NOT_NUMBERS = [True, False, None, "1", [1], {"a": 1}, 1j]
 
 
@@ -151,3 +154,52 @@ def test_no_predicate_takes_a_bool_for_a_number(value: bool) -> None:
         check(value)
         for check in (checks.is_whole, checks.is_number, checks.is_positive, checks.is_port)
     )
+
+
+#: Where a ``bool`` test outside rtax.core.checks is not a validator: it turns a value into
+#: something to show or write (module path, function), and says why it stays.
+NOT_VALIDATORS = {
+    # a stored value as a float or None for the exposition: True is not a latency
+    ("rtax/service/prometheus.py", "_number"),
+    # TOML's spelling of a boolean when the fault suite writes a configuration
+    ("rtax/faultsuite/scenario.py", "_toml"),
+    # "yes"/"no" in a dashboard table
+    ("rtax/dashboard/format.py", "text"),
+}
+
+
+def _bool_guards(path: Path) -> list[tuple[str, int]]:
+    """(enclosing function, line) of every ``isinstance(x, bool)`` (or a tuple with bool)."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = function
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = child.name
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name)
+                and child.func.id == "isinstance"
+                and len(child.args) == 2
+                and "bool" in {n.id for n in ast.walk(child.args[1]) if isinstance(n, ast.Name)}
+            ):
+                found.append((function, child.lineno))
+            visit(child, name)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_bool_guards_live_in_the_shared_validators_only() -> None:
+    """A validator written out again (with its own ``isinstance(x, bool)``) is how the same
+    check drifts apart between tables: use rtax.core.checks instead."""
+    stray = []
+    for path in sorted((ROOT / "rtax").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel == "rtax/core/checks.py":
+            continue
+        for function, line in _bool_guards(path):
+            if (rel, function) not in NOT_VALIDATORS:
+                stray.append(f"{rel}:{line} ({function})")
+    assert stray == []
