@@ -26,7 +26,7 @@ from rtax.assets import attrs
 from rtax.compose import Composition
 from rtax.rollouts.engines import Engine, LocalEngine, RolloutSpec
 from rtax.rollouts.engines.ray import RayEngine
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 from rtax.settings.engine import DEFAULT_LABEL, EngineSettings
 from rtax.substrates.base import clock
 

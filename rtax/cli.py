@@ -9,7 +9,6 @@ stands for, and how it becomes a ready substrate, is `rtax.compose`'s alone.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from rtax.assets.image import ImageError
 from rtax.assets.toolchain import ToolchainError
 from rtax.compose import ComposeError
 from rtax.core import redaction, workloads
+from rtax.core.checks import duration, is_number
 from rtax.core.failures import HarnessError
 from rtax.core.version import __version__
 from rtax.core.workloads import WorkloadError
@@ -74,7 +74,7 @@ def number(
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a {noun}: {text!r}") from None
-        if math.isinf(value) or not (value > 0 if positive else value >= low):
+        if not is_number(value) or not (value > 0 if positive else value >= low):
             raise argparse.ArgumentTypeError(f"must be {floor}, got {text}")
         if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"must be at most {high}, got {text}")
@@ -85,8 +85,6 @@ def number(
 
 def _duration(text: str) -> float:
     """A duration flag: seconds, or a number with a unit (250ms, 2s, 1m), above 0."""
-    from rtax.settings.config import duration
-
     try:
         value = duration(text)
     except ValueError as exc:

@@ -27,8 +27,8 @@ from rtax.core import paths
 from rtax.core.failures import HarnessError, SubstrateError
 from rtax.core.options import RolloutOptions
 from rtax.core.workloads import RepoSource
+from rtax.settings import Config, ConfigError, SubstrateConfig
 from rtax.settings import config as configuration
-from rtax.settings.config import Config, ConfigError, SubstrateConfig
 from rtax.store.database import Store
 from rtax.substrates import NAMED, UnknownSubstrate, build_substrate, names
 from rtax.substrates.base import Substrate, require_host_address

@@ -9,8 +9,7 @@ import pytest
 
 from factories import make_record
 from rtax.service import budget
-from rtax.settings import config
-from rtax.settings.config import ConfigError, SubstrateConfig
+from rtax.settings import ConfigError, SubstrateConfig, config
 from rtax.store.database import Store
 
 

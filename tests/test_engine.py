@@ -22,8 +22,7 @@ from rtax.rollouts.engines.base import RolloutSpec, settle
 from rtax.rollouts.engines.local import LocalEngine
 from rtax.rollouts.engines.ray import RayEngine
 from rtax.service.scheduler import Scheduler
-from rtax.settings import config
-from rtax.settings.config import ConfigError, SubstrateConfig
+from rtax.settings import ConfigError, SubstrateConfig, config
 from rtax.settings.engine import EngineSettings
 from rtax.store.database import Store
 from rtax.substrates.local import LocalSubstrate

@@ -12,7 +12,7 @@ import pytest
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
 from rtax.rollouts.rollout import run_rollout
-from rtax.settings import config
+from rtax.settings import SubstrateConfig, config
 from rtax.store.database import Store
 from rtax.substrates import build_substrate
 from rtax.substrates.emulated import EMULATION_HEADER, EmulationWatch
@@ -29,7 +29,7 @@ def test_the_watch_is_sticky_and_case_blind() -> None:
     assert EmulationWatch().fidelity("modelled") == "modelled"
 
 
-def _loaded(tmp_path: Path, entry: str) -> config.SubstrateConfig:
+def _loaded(tmp_path: Path, entry: str) -> SubstrateConfig:
     """A configuration entry as a user writes it: no `emulate = true`, fidelity not set."""
     file = tmp_path / "rtax.toml"
     file.write_text(f'database = "rtax.db"\n[[substrates]]\n{entry}\n')
@@ -38,7 +38,7 @@ def _loaded(tmp_path: Path, entry: str) -> config.SubstrateConfig:
     return conf
 
 
-def _probe_and_store(conf: config.SubstrateConfig, db: Path) -> dict:
+def _probe_and_store(conf: SubstrateConfig, db: Path) -> dict:
     substrate = build_substrate(conf)
     assert substrate.fidelity == "real"  # what the configuration says, before any answer
     record = run_rollout(substrate, workloads.build("T0"), options=RolloutOptions(deadline_s=300))

@@ -18,7 +18,7 @@ from factories import make_record
 from rtax.core.paths import checkout_root
 from rtax.service.prometheus import BUCKETS, NAMES, Metrics, serve
 from rtax.service.scheduler import Scheduler
-from rtax.settings import config
+from rtax.settings import MetricsSettings, config
 from rtax.store.database import Store
 
 LOCAL = {
@@ -153,7 +153,7 @@ def test_serve_on_a_free_port_then_stop(tmp_path: Path) -> None:
 
     metrics = Metrics()
     metrics.observe(make_record("a"))
-    settings = config.MetricsSettings(enabled=True, address="127.0.0.1", port=0)
+    settings = MetricsSettings(enabled=True, address="127.0.0.1", port=0)
     endpoint = serve(metrics, settings, logging.getLogger("test"))
     assert endpoint is not None
     try:
@@ -161,11 +161,11 @@ def test_serve_on_a_free_port_then_stop(tmp_path: Path) -> None:
             text = response.read().decode()
         assert "rtax_rollouts_total{" in text
         # A taken port is said and skipped: the scheduler keeps probing without /metrics.
-        taken = config.MetricsSettings(True, "127.0.0.1", endpoint.server.server_port)
+        taken = MetricsSettings(True, "127.0.0.1", endpoint.server.server_port)
         assert serve(metrics, taken, logging.getLogger("test")) is None
     finally:
         endpoint.stop()
-    assert serve(metrics, config.MetricsSettings(enabled=False), logging.getLogger("t")) is None
+    assert serve(metrics, MetricsSettings(enabled=False), logging.getLogger("t")) is None
 
 
 def test_grafana_dashboard_parses_and_queries_only_exposed_names() -> None:

@@ -28,7 +28,7 @@ from factories import make_record
 from rtax.core.failures import CreateFailed
 from rtax.service.prometheus import BUCKETS
 from rtax.service.scheduler import Scheduler
-from rtax.settings import config
+from rtax.settings import SubstrateConfig, config
 from rtax.store.database import Store
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
@@ -152,7 +152,7 @@ interval = "1h"
             )
         )
 
-    def factory(entry: config.SubstrateConfig, overrides: dict) -> LocalSubstrate:
+    def factory(entry: SubstrateConfig, overrides: dict) -> LocalSubstrate:
         kind = _Broken if entry.name == "broken" else LocalSubstrate
         params = {"root": tmp_path / "envs", "template": attrs_fixture.template}
         return kind(name=entry.name, **params, **overrides)

@@ -20,8 +20,7 @@ import pytest
 from polling import wait_for
 from rtax.service.lock import LockHeld, SchedulerLock
 from rtax.service.scheduler import Scheduler
-from rtax.settings import config
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig, config
 from rtax.store.database import Store
 from rtax.substrates import build_substrate
 from rtax.substrates.base import Environment

@@ -38,7 +38,7 @@ from streamlit.testing.v1 import AppTest
 from rtax.core import workloads
 from rtax.core.failures import SubstrateError
 from rtax.rollouts.rollout import run_rollout
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 from rtax.store.database import Store
 from rtax.substrates import build_substrate, kit
 

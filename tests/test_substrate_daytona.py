@@ -23,7 +23,7 @@ from rtax.core.options import RolloutOptions
 from rtax.core.workloads import RepoSource
 from rtax.emulation.daytona import DaytonaEmulation, parse_command
 from rtax.rollouts.rollout import run_rollout
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 from rtax.store.database import Store
 from rtax.substrates import build_substrate, get_substrate
 from rtax.substrates.base import LABEL, CommandResult, Environment, clock, require_host_address

@@ -27,6 +27,7 @@ from rtax.core.workloads import Action, RepoSource, Workload
 from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
 from rtax.rollouts.rollout import run_rollout
 from rtax.settings import config
+from rtax.settings import substrates as substrate_table
 from rtax.store.database import Store
 from rtax.substrates.base import LABEL, CommandResult, Environment, clock, require_host_address
 from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate
@@ -507,7 +508,7 @@ def test_no_parameter_is_named_like_a_secret_and_config_accepts_profile_env(
     tmp_path: Path,
 ) -> None:
     names = set(inspect.signature(Ec2Substrate.__init__).parameters)
-    assert not [n for n in names if config._SECRET.search(n)]
+    assert not [n for n in names if substrate_table._SECRET.search(n)]
     entry = tomllib.loads(
         """
         [[substrates]]

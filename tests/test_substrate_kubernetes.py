@@ -506,7 +506,7 @@ def test_token_is_sent_and_never_recorded(
 ) -> None:
     """Through the configuration path: ``token_env`` names the variable, the scheduler's
     factory reads it."""
-    from rtax.settings.config import SubstrateConfig
+    from rtax.settings import SubstrateConfig
     from rtax.substrates import build_substrate
 
     secret = "s3cr3t-token-never-stored"

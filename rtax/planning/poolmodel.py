@@ -31,8 +31,8 @@ K ready, N > K claims at t = 0 and R = 1: the k-th claim beyond K waits k × c; 
 each of them waits c.
 
 Percentiles pool the claims of every repeat (one distribution of a claim's latency) and use the
-one definition of rtax.analysis.stats (linear interpolation). `drain_probability` is the share of repeats
-in which at least one claim waited.
+one definition of rtax.analysis.stats (linear interpolation). `drain_probability` is the share of
+repeats in which at least one claim waited.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from rtax.core.checks import is_whole
 
 #: The load shapes (the same names as `rtax burst`'s plans).
 SHAPES = ("sequential", "staggered", "burst")
@@ -142,13 +144,9 @@ def simulate(
         raise ValueError("arrivals_s needs at least one claim")
     if not np.all(np.isfinite(times)) or np.any(times < 0):
         raise ValueError("arrivals_s must be finite seconds >= 0")
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
+    if not is_whole(pool_size, low=0):
         raise ValueError("pool_size must be a whole number >= 0")
-    if (
-        isinstance(refill_concurrency, bool)
-        or not isinstance(refill_concurrency, int)
-        or refill_concurrency < 1
-    ):
+    if not is_whole(refill_concurrency, low=1):
         raise ValueError("refill_concurrency must be a whole number >= 1")
     if repeats < 1:
         raise ValueError("repeats must be >= 1")

@@ -11,7 +11,7 @@ without them is refused, because a number whose origin nobody can check is not a
 may be the string ``"unset"``: the shape is written down, the number is not (yet) known, and the
 page says so instead of inventing one.
 
-Parsing reports through the configuration's `bad(key, message)`, one line per mistake; the
+The tables are read and checked by `rtax.settings.prices` (one line per mistake); here the
 arithmetic is pure and tested by hand (tests/test_pricing.py). Totals use means
 (docs/measurement.md#statistics).
 """
@@ -19,18 +19,14 @@ arithmetic is pure and tested by hand (tests/test_pricing.py). Totals use means
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from typing import Any
+from datetime import date
 
+#: A value written down as not known (yet): the page says so instead of inventing a number.
 UNSET = "unset"
-_LIMIT_KEYS = ("max_concurrent", "creates_per_s")
-_SIZE_KEYS = ("vcpus", "memory_gib")
 #: The price keys: per environment-hour by its size, per environment-hour flat (an instance),
 #: and per request (one per environment created).
 PRICE_KEYS = ("per_vcpu_hour", "per_gib_hour", "per_instance_hour", "per_request")
-Bad = Callable[[str, str], None]
 
 
 @dataclass(frozen=True)
@@ -79,92 +75,6 @@ class Prices:
         if self.per_instance_hour is not None:
             total += self.per_instance_hour.usd
         return total
-
-
-def _number(value: Any, key: str, bad: Bad, *, whole: bool = False, zero: bool = False) -> Any:
-    """A positive number (>= 0 with `zero`; a whole number with `whole`), None for "unset"."""
-    if value == UNSET:
-        return None
-    kind = "a whole number" if whole else "a number"
-    ok = isinstance(value, int if whole else (int, float)) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value >= 0 if zero else value > 0):
-        return value
-    bad(key, f'must be {kind} {">= 0" if zero else "> 0"}, or "{UNSET}"')
-    return None
-
-
-def _table(value: Any, key: str, bad: Bad, known: tuple[str, ...]) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        bad(key, "must be a table")
-        return {}
-    for extra in sorted(set(value) - set(known)):
-        bad(f"{key}.{extra}", f"unknown key (known: {', '.join(known)})")
-    return value
-
-
-def parse_limits(value: Any, key: str, bad: Bad) -> Limits:
-    """The ``limits`` table of a substrate entry (`key` names it in messages)."""
-    table = _table(value, key, bad, _LIMIT_KEYS)
-    concurrent = table.get("max_concurrent", UNSET)
-    rate = table.get("creates_per_s", UNSET)
-    return Limits(
-        _number(concurrent, f"{key}.max_concurrent", bad, whole=True),
-        _number(rate, f"{key}.creates_per_s", bad),
-    )
-
-
-def _date(value: Any, key: str, bad: Bad, today: date) -> date | None:
-    if isinstance(value, datetime):
-        value = value.date()
-    elif isinstance(value, str):
-        try:
-            value = date.fromisoformat(value)
-        except ValueError:
-            value = None
-    if not isinstance(value, date):
-        bad(key, "must be the date the price was read (2026-05-01)")
-        return None
-    if value > today:
-        bad(key, f"{value} is in the future: the date the price was read")
-        return None
-    return value
-
-
-def _price(value: Any, key: str, bad: Bad, today: date) -> Price | None:
-    if value == UNSET:
-        return None
-    if not isinstance(value, dict):
-        bad(key, f'must be {{ usd = ..., source = "...", date = ... }} or "{UNSET}"')
-        return None
-    _table(value, key, bad, ("usd", "source", "date"))
-    missing = [k for k in ("usd", "source", "date") if k not in value]
-    if missing:
-        bad(key, f"missing {', '.join(missing)}: every price names its source and its date")
-        return None
-    usd = _number(value["usd"], f"{key}.usd", bad, zero=True) if value["usd"] != UNSET else None
-    source = value["source"]
-    if not isinstance(source, str) or not source.strip() or source == UNSET:
-        bad(f"{key}.source", "must say where the price was read (a URL)")
-        source = None
-    when = _date(value["date"], f"{key}.date", bad, today)
-    if usd is None or source is None or when is None:
-        return None
-    return Price(float(usd), source, when)
-
-
-def parse_prices(value: Any, key: str, bad: Bad, today: date | None = None) -> Prices:
-    """The ``prices`` table of a substrate entry: the environment's `vcpus` and `memory_gib`,
-    and each price as ``{ usd, source, date }`` or "unset"."""
-    today = today or datetime.now(UTC).date()
-    table = _table(value, key, bad, (*_SIZE_KEYS, *PRICE_KEYS))
-    sizes = {k: _number(table.get(k, UNSET), f"{key}.{k}", bad) for k in _SIZE_KEYS}
-    prices = {k: _price(table.get(k, UNSET), f"{key}.{k}", bad, today) for k in PRICE_KEYS}
-    for price, size in (("per_vcpu_hour", "vcpus"), ("per_gib_hour", "memory_gib")):
-        if prices[price] is not None and sizes[size] is None:
-            bad(f"{key}.{size}", f"{price} is set: it needs the environment's {size}")
-    return Prices(**sizes, **prices)
 
 
 @dataclass(frozen=True)

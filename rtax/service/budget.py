@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 
 
 def day_start(now: datetime | None = None) -> datetime:

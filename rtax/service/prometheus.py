@@ -32,7 +32,7 @@ from typing import Any
 from rtax.core.failures import HARNESS_ERROR, OWN_ERRORS
 from rtax.core.record import PHASES, RolloutRecord
 from rtax.core.series import DIMENSIONS, Series
-from rtax.settings.config import MetricsSettings
+from rtax.settings import MetricsSettings
 from rtax.store.database import Store
 
 #: The labels of one series; every metric carries them, in this order.

@@ -44,7 +44,7 @@ from rtax.service import detection as monitor
 from rtax.service import prometheus as metrics
 from rtax.service.dispatch import TOO_LATE, Dispatcher
 from rtax.service.lock import SchedulerLock
-from rtax.settings.config import Config, Plan
+from rtax.settings import Config, Plan
 from rtax.store.spool import Spool
 from rtax.substrates import build_substrate, reaper
 

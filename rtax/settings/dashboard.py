@@ -7,9 +7,10 @@ default is loopback: Streamlit has no authentication and the Data page shows end
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+from rtax.core.checks import Bad, is_port
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8501
@@ -33,20 +34,22 @@ class Dashboard:
 
 
 def port(value: Any) -> int:
+    """A port to listen on, from the file, a flag or the environment (a string of digits)."""
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+    if not is_port(value):
         raise ValueError(f"must be a port number (1-65535), got {value!r}")
     return value
 
 
 def address(value: Any) -> str:
+    """An interface to listen on: one word, no blanks (a hostname or an IP address)."""
     if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
         raise ValueError(f'must be an address to listen on (e.g. "127.0.0.1"), got {value!r}')
     return value
 
 
-def parse(raw: Any, bad: Callable[[str, str], None]) -> Dashboard:
+def parse(raw: Any, bad: Bad) -> Dashboard:
     """The ``[dashboard]`` table of a configuration; each mistake reported through `bad`."""
     if not isinstance(raw, dict):
         bad("dashboard", "must be a table")

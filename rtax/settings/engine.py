@@ -1,17 +1,18 @@
 """The ``[engine]`` table: where rollouts run (docs/ray.md#configuration), checked one line per
 mistake like the rest of the configuration (`rtax.settings.config`).
 
-Why a module of its own: the engine's settings are read by `rtax.settings.config` (which must not import
-the engines, nor Ray) and used by `rtax.rollouts.engines.base`; a vantage is a label value, checked here once
-for the engine and the plans alike.
+Why a module of its own: the engine's settings are read by `rtax.settings.config` (which must
+not import the engines, nor Ray) and used by `rtax.rollouts.engines.base`; a vantage is a label
+value, checked here once for the engine and the plans alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rtax.core.checks import Bad, is_text, names
 from rtax.core.series import LOCAL_VANTAGE
 
 KINDS = ("local", "ray")
@@ -37,7 +38,7 @@ class EngineSettings:
     namespace: str = "rtax"
 
 
-def parse(table: Any, bad: Callable[[str, str], None]) -> EngineSettings:
+def parse(table: Any, bad: Bad) -> EngineSettings:
     """The ``engine`` key: a kind (``engine = "ray"``) or a table; each mistake through `bad`."""
     if table is None:
         return EngineSettings()
@@ -53,7 +54,7 @@ def parse(table: Any, bad: Callable[[str, str], None]) -> EngineSettings:
         bad("engine.kind", f"must be one of {', '.join(KINDS)}")
         kind = "local"
     address = table.get("address")
-    if address is not None and (not isinstance(address, str) or not address):
+    if address is not None and not is_text(address):
         bad("engine.address", 'must be a Ray address ("auto", "host:6379", "ray://host:10001")')
         address = None
     if kind == "ray" and address is None:
@@ -64,11 +65,11 @@ def parse(table: Any, bad: Callable[[str, str], None]) -> EngineSettings:
         vantage = LOCAL_VANTAGE
     vantages = vantage_list(table.get("vantages", []), "engine.vantages", bad)
     label = table.get("label", DEFAULT_LABEL)
-    if not isinstance(label, str) or not label or label.startswith("ray.io/"):
+    if not is_text(label) or label.startswith("ray.io/"):
         bad("engine.label", "must be a node label key outside Ray's own ray.io/ namespace")
         label = DEFAULT_LABEL
     namespace = table.get("namespace", "rtax")
-    if not isinstance(namespace, str) or not namespace:
+    if not is_text(namespace):
         bad("engine.namespace", "must be a non-empty string")
         namespace = "rtax"
     if kind == "local":
@@ -89,11 +90,10 @@ def is_vantage(value: Any) -> bool:
     return inner and value[0].isalnum() and value[-1].isalnum()
 
 
-def vantage_list(value: Any, key: str, bad: Callable[[str, str], None]) -> tuple[str, ...]:
+def vantage_list(value: Any, key: str, bad: Bad) -> tuple[str, ...]:
     """A list of distinct vantages (a single string is a list of one)."""
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(is_vantage(v) for v in value):
+    value = names(value)
+    if value is None or not all(is_vantage(v) for v in value):
         bad(key, "must be a list of vantages (label values: letters, digits, '-', '_', '.')")
         return ()
     if len(set(value)) != len(value):
@@ -105,7 +105,7 @@ def check_plans(
     settings: EngineSettings,
     plans: Iterable[Any],
     substrates: Iterable[Any],
-    bad: Callable[[str, str], None],
+    bad: Bad,
 ) -> None:
     """What the engine can't do with the rest of the configuration: vantages need Ray (the
     local engine runs every rollout here), Ray's nodes can't reach an emulation (it

@@ -9,8 +9,8 @@ plan is one tier on one substrate in one of three shapes:
 - ``staggered``: `n` launches, one every `every_s` seconds, whatever the earlier ones are doing;
 - ``burst``: `n` launches at once.
 
-`Bounds` are what the envelope fit (`rtax.analysis.envelope`) calls broken. Nothing here runs anything:
-`rtax.rollouts.burst` does.
+`Bounds` are what the envelope fit (`rtax.analysis.envelope`) calls broken. Nothing here runs
+anything: `rtax.rollouts.burst` does.
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ from typing import Any
 
 from rtax.analysis.envelope import Bounds
 from rtax.core import workloads
+from rtax.core.checks import Bad, duration, is_number, is_text, is_whole
 
 SHAPES: tuple[str, ...] = ("sequential", "staggered", "burst")
 #: Launches of one load run at most: one thread each, all started before the first launch.
 MAX_ROLLOUTS = 1000
 _LOAD_KEYS = frozenset({"name", "substrate", "tier", "steps", "shape", "n", "every", "mode"})
 _CAPACITY_KEYS = frozenset({"ttfc_p95_max", "ttfc_p95_ratio_max", "failure_rate_max"})
-
-Bad = Callable[[str, str], None]
-Duration = Callable[[Any], float]
 
 
 class LoadError(ValueError):
@@ -63,11 +61,7 @@ class LoadPlan:
         found: list[tuple[str, str]] = []
         if self.shape not in SHAPES:
             found.append(("shape", f"must be one of {', '.join(SHAPES)}, not {self.shape!r}"))
-        if (
-            not isinstance(self.n, int)
-            or isinstance(self.n, bool)
-            or not (1 <= self.n <= MAX_ROLLOUTS)
-        ):
+        if not is_whole(self.n, 1, MAX_ROLLOUTS):
             found.append(("n", f"must be a whole number from 1 to {MAX_ROLLOUTS}"))
         if self.shape == "staggered":
             if self.every_s is None:
@@ -119,7 +113,6 @@ class LoadPlan:
 def parse_loads(
     entries: Any,
     bad: Bad,
-    duration: Duration,
     substrates: set[str],
     has_modes: Callable[[str], bool | None],
 ) -> tuple[LoadPlan, ...]:
@@ -137,7 +130,7 @@ def parse_loads(
             bad(key, "must be a table")
             continue
         name = entry.get("name")
-        if not isinstance(name, str) or not name:
+        if not is_text(name):
             bad(f"{key}.name", "missing (a non-empty string: `rtax burst --load NAME`)")
             continue
         key = f"loads.{name}"
@@ -162,7 +155,7 @@ def parse_loads(
                 bad(f"{key}.every", str(exc))
                 every = None
         steps = entry.get("steps", 0)
-        if not isinstance(steps, int) or isinstance(steps, bool):
+        if not is_whole(steps):
             bad(f"{key}.steps", "must be a whole number")
             steps = 0
         plan = LoadPlan(
@@ -185,7 +178,7 @@ def parse_loads(
     return tuple(plans)
 
 
-def parse_capacity(raw: Any, bad: Bad, duration: Duration) -> Bounds:
+def parse_capacity(raw: Any, bad: Bad) -> Bounds:
     """The ``[capacity]`` table (the envelope's bounds); each mistake reported through `bad`."""
     if not isinstance(raw, dict):
         bad("capacity", "must be a table")
@@ -203,15 +196,11 @@ def parse_capacity(raw: Any, bad: Bad, duration: Duration) -> Bounds:
             bad("capacity.ttfc_p95_max", str(exc))
             absolute = None
     ratio = raw.get("ttfc_p95_ratio_max", found.ttfc_p95_ratio_max)
-    if not _number(ratio) or ratio < 1:
+    if not is_number(ratio) or ratio < 1:
         bad("capacity.ttfc_p95_ratio_max", "must be a number >= 1 (a ratio to the lowest load)")
         ratio = found.ttfc_p95_ratio_max
     rate = raw.get("failure_rate_max", found.failure_rate_max)
-    if not _number(rate) or not 0 <= rate < 1:
+    if not is_number(rate) or not 0 <= rate < 1:
         bad("capacity.failure_rate_max", "must be a fraction from 0 to below 1 (e.g. 0.05)")
         rate = found.failure_rate_max
     return Bounds(absolute, float(ratio), float(rate))
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

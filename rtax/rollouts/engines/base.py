@@ -34,7 +34,7 @@ from rtax.core import workloads
 from rtax.core.failures import HARNESS_ERROR, SETUP_ERROR, HarnessError
 from rtax.core.record import RolloutIdentity, RolloutRecord, failed_record
 from rtax.core.workloads import RepoSource, Workload
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 from rtax.store.database import StoreError
 from rtax.substrates import configured_fidelity, reaper
 from rtax.substrates.base import Substrate

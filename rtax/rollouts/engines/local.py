@@ -18,7 +18,7 @@ from rtax.core.failures import CANCELLED, HARNESS_ERROR
 from rtax.core.record import RolloutRecord
 from rtax.rollouts.deadline import run_with_deadline
 from rtax.rollouts.engines.base import RolloutSpec, build, failure, settle, stamp
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 from rtax.settings.engine import EngineSettings
 from rtax.substrates import reaper
 

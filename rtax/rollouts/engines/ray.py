@@ -44,7 +44,7 @@ from rtax.core.record import RolloutRecord
 from rtax.rollouts.deadline import STOP_GRACE_S
 from rtax.rollouts.engines.base import Log, RolloutSpec, build, failure, settle, stamp
 from rtax.rollouts.rollout import run_rollout
-from rtax.settings.config import SubstrateConfig
+from rtax.settings import SubstrateConfig
 from rtax.settings.engine import EngineSettings
 from rtax.substrates import reaper
 
