@@ -19,6 +19,7 @@ import sqlite_utils
 from factories import make_record
 from rtax.core import record
 from rtax.core.failures import ExecError
+from rtax.core.provenance import origin
 from rtax.core.record import (
     ACTION_COLUMNS,
     ACTION_FIELDS,
@@ -179,7 +180,7 @@ def test_run_row_refuses_unknown_and_derived_fields() -> None:
         started_at="2025-01-01T00:00:00+00:00",
         error_class=None,
         error_message=None,
-        provenance=record.origin(),
+        provenance=origin(),
     )
     for bad in ("episode", "status", "time_to_first_command_s", "create_s", "toolchain"):
         with pytest.raises(TypeError, match=bad):
@@ -197,7 +198,7 @@ def test_time_to_first_command_needs_a_successful_ready_command() -> None:
         started_at="t",
         error_class="ready_timeout",
         error_message="m",
-        provenance=record.origin(),
+        provenance=origin(),
     )
     refused = record.action_row(phase="ready", ok=0)
     timed = Timings(phases=phases, wall_s=8.0, actions=[refused])
@@ -218,7 +219,7 @@ def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
         started_at="t",
         error_class=None,
         error_message=None,
-        provenance=record.origin(),
+        provenance=origin(),
     )
     phases = {"claim": 0.25, "actions": 0.5, "cleanup": 0.125}
     row = run_row(warm, **kw, timings=Timings(phases=phases, wall_s=1.0, claimed=True))

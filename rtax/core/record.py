@@ -14,18 +14,14 @@ This module imports nothing of the runner, the store or any substrate: store ←
 from __future__ import annotations
 
 import json
-import platform
-import socket
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
-from typing import Any, Protocol
+from typing import Any
 
 from rtax.core import redaction
+from rtax.core.provenance import origin
 from rtax.core.series import LOCAL_VANTAGE
-from rtax.core.version import __version__
 
 #: The consecutive, mutually exclusive phases of a rollout (docs/measurement.md), with
 #: what each spans.
@@ -225,46 +221,6 @@ class RolloutRecord:
 def utcnow() -> str:
     """Now as the records spell time: ISO 8601, UTC, microseconds."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-class Describes(Protocol):
-    """What `provenance_of` needs of a substrate: its own description."""
-
-    def describe(self) -> dict[str, Any]: ...
-
-
-def origin() -> dict[str, Any]:
-    """The least provenance every row has: the host it was made on and the rtax that made it."""
-    return {"host": socket.gethostname(), "rtax_version": __version__}
-
-
-def library_versions(names: tuple[str, ...] = ("sqlite-utils", "pandas")) -> dict[str, str]:
-    """Installed versions of the libraries a sample depends on (provenance)."""
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "absent"
-    return found
-
-
-def provenance_of(substrate: Describes) -> dict[str, Any]:
-    """What produced a sample (docs/measurement.md): host, versions, and the
-    substrate's own description. A substrate that can't describe itself (an unreachable
-    endpoint) is noted and the rollout goes on; the rest is rtax's own, and its failure is a
-    harness error (the probe runner's `run_rollout` records it so)."""
-    try:
-        described = substrate.describe()
-    except Exception as exc:
-        described = {"describe_error": f"{type(exc).__name__}: {exc}"}
-    return {
-        **origin(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "libraries": library_versions(),
-        "substrate": described,
-    }
 
 
 @dataclass(frozen=True)

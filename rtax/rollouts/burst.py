@@ -42,7 +42,8 @@ from rtax.compose import Composition, check_database
 from rtax.core import paths, workloads
 from rtax.core.failures import HarnessError
 from rtax.core.options import RolloutOptions
-from rtax.core.record import RolloutRecord, failed_record, origin, provenance_of, utcnow
+from rtax.core.provenance import origin, provenance_of
+from rtax.core.record import RolloutRecord, failed_record, utcnow
 from rtax.rollouts.outcome import Outcome, progress_bar, summary
 from rtax.rollouts.rollout import identity, run_rollout
 from rtax.settings import config

@@ -41,6 +41,7 @@ from rtax.core.failures import (
     ready_refusal_is_final,
 )
 from rtax.core.options import RolloutOptions
+from rtax.core.provenance import provenance_of
 from rtax.core.record import (
     ACTION_PHASE,
     RolloutIdentity,
@@ -48,7 +49,6 @@ from rtax.core.record import (
     Timings,
     action_row,
     failed_record,
-    provenance_of,
     run_row,
     utcnow,
 )
