@@ -35,9 +35,6 @@ from rtax.core.series import (
 )
 
 QUANTILES = (50, 95, 99)
-#: What may be aggregated together by default: one series (`rtax.core.series`), never across
-#: action modes, fidelities, launch types or vantages.
-DEFAULT_GROUP = DIMENSIONS
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -109,7 +106,7 @@ def success_rate(runs: pd.DataFrame) -> float:
 def latency_table(
     runs: pd.DataFrame,
     metric: str,
-    by: Sequence[str] = DEFAULT_GROUP,
+    by: Sequence[str] = DIMENSIONS,
     quantiles: Sequence[float] = QUANTILES,
 ) -> pd.DataFrame:
     """Per group: runs (the substrate's attempts), n (successful samples of `metric`), success
@@ -162,7 +159,7 @@ def phase_summary(runs: pd.DataFrame, quantiles: Sequence[float] = (50, 95)) -> 
     return pd.DataFrame(rows)
 
 
-def phase_means(runs: pd.DataFrame, by: Sequence[str] = DEFAULT_GROUP) -> pd.DataFrame:
+def phase_means(runs: pd.DataFrame, by: Sequence[str] = DIMENSIONS) -> pd.DataFrame:
     """Mean seconds of each phase per group over successful runs, with n. Means add up;
     percentiles don't, which is why stacked bars use this."""
     ok = successful(runs)

@@ -74,8 +74,8 @@ def default_bucket(span_s: float) -> str:
 
 
 def _label(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with each row's series ``key`` (`rtax.analysis.incidents.series_key`) and ``series``
-    label (`rtax.analysis.status.label`), computed once per distinct series."""
+    """`frame` with each row's series ``key`` (`rtax.core.series.Series.key`) and ``series``
+    label (`Series.label`), computed once per distinct series."""
     frame = frame.copy()
     frame["steps"] = frame["steps"].astype(int)
     for column, default in MISSING.items():

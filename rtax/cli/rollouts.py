@@ -18,12 +18,12 @@ from rtax.store.spool import log as spool_log
 def cmd_probe(args: argparse.Namespace) -> int:
     import logging
 
-    from rtax.rollouts import probe as batch
+    from rtax.rollouts import probe
 
     # One line at the end says what was spooled (`_report_spooled`), not a log line per try.
     spool_log.addHandler(logging.NullHandler())
 
-    request = batch.Probe(
+    request = probe.Probe(
         args.substrate,
         tier=args.tier,
         steps=args.steps,
@@ -39,7 +39,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         fix_patch=args.fix_patch,
         failing_test=args.failing_test,
     )
-    done = batch.probe(request, log=None if args.quiet else say, progress=not args.quiet, stop=STOP)
+    done = probe.probe(request, log=None if args.quiet else say, progress=not args.quiet, stop=STOP)
     return _ended(
         done,
         "probe",
@@ -51,11 +51,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_burst(args: argparse.Namespace) -> int:
     import logging
 
-    from rtax.rollouts import burst as load
+    from rtax.rollouts import burst
 
     spool_log.addHandler(logging.NullHandler())
     try:
-        plan = load.plan_of(
+        plan = burst.plan_of(
             args.load,
             args.config,
             substrate=args.substrate,
@@ -71,7 +71,7 @@ def cmd_burst(args: argparse.Namespace) -> int:
             raise
         flag = {"n": "rollouts"}.get(exc.key, exc.key)
         raise UsageError(f"--{flag}: {exc.reason}") from None
-    done = load.burst(
+    done = burst.burst(
         plan,
         db=args.db,
         config=args.config,

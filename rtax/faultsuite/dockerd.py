@@ -32,7 +32,7 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
-class EngineError(RuntimeError):
+class DockerdError(RuntimeError):
     """The private engine could not be started or stopped."""
 
 
@@ -59,10 +59,10 @@ class PrivateEngine:
         """Make the bridge and start dockerd; return once it answers."""
         self.root.mkdir(parents=True, exist_ok=True)
         if not shutil.which("dockerd"):
-            raise EngineError("no dockerd on this machine (run: make docker)")
+            raise DockerdError("no dockerd on this machine (run: make docker)")
         if _run(["ip", "link", "show", BRIDGE]).returncode == 0:
             # never share (or, at the end, remove) another run's bridge
-            raise EngineError(
+            raise DockerdError(
                 f"the bridge {BRIDGE} exists: another fault suite runs, or a killed one left it "
                 f"(then: ip link del {BRIDGE})"
             )
@@ -74,7 +74,7 @@ class PrivateEngine:
         ):
             done = _run(argv)
             if done.returncode != 0:
-                raise EngineError(f"{' '.join(argv)}: {done.stderr.strip()}")
+                raise DockerdError(f"{' '.join(argv)}: {done.stderr.strip()}")
         config = {"runtimes": {"runsc": RUNSC}} if Path(RUNSC["path"]).exists() else {}
         (self.root / "daemon.json").write_text(json.dumps(config))
         self._spawn()
@@ -105,7 +105,7 @@ class PrivateEngine:
         deadline = time.monotonic() + START_TIMEOUT_S
         while _run(["docker", "-H", self.host, "info"], timeout=10).returncode != 0:
             if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise EngineError(
+                raise DockerdError(
                     f"the private dockerd did not start (see {self.root}/dockerd.log)"
                 )
             time.sleep(0.2)  # polling the engine's answer, with a deadline
@@ -125,7 +125,7 @@ class PrivateEngine:
         )
         save.wait(timeout=60)
         if save.returncode != 0 or load.returncode != 0:
-            raise EngineError(
+            raise DockerdError(
                 f"could not copy {RUNNER_IMAGE} from the system engine (run: make docker): "
                 f"{load.stderr.strip()}"
             )
@@ -176,7 +176,7 @@ class PrivateEngine:
             argv += ["--filter", f]
         done = _run(argv, timeout=30)
         if done.returncode != 0:
-            raise EngineError(f"docker ps on the private engine: {done.stderr.strip()}")
+            raise DockerdError(f"docker ps on the private engine: {done.stderr.strip()}")
         return done.stdout.split()
 
     def docker(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ from rtax.store.database import Store
 _log = logging.getLogger(__name__)
 #: Series not probed for this long are no longer evaluated (their open incidents stay open).
 LOOKBACK = timedelta(days=7)
-#: The columns that make a series (rtax.analysis.stats.DEFAULT_GROUP, and the launch type: a warm
+#: The columns that make a series (`rtax.core.series`; the launch type among them: a warm
 #: pool's claims and cold starts are two series, never one change).
 SERIES = DIMENSIONS
 #: The runs columns detection reads.
