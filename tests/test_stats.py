@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rtax.analysis import stats
 from rtax.analysis.stats import TrajectoryFit
 from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.series import DIMENSIONS
 
 #: The phases of a cold run (a warm one has claim_s instead of create … ready).
 COLD = tuple(c for c in PHASE_COLUMNS if c != "claim_s")
@@ -297,7 +298,7 @@ def test_phase_means_per_group() -> None:
         run("b", phases=(0.5,) * 7),
     )
     means = stats.phase_means(runs)
-    assert list(means.columns) == [*stats.DEFAULT_GROUP, "n", *PHASE_COLUMNS]
+    assert list(means.columns) == [*DIMENSIONS, "n", *PHASE_COLUMNS]
     assert means["substrate"].tolist() == ["a", "b"]
     assert means["n"].tolist() == [2, 1]
     a = means.iloc[0]
@@ -326,7 +327,7 @@ def test_phase_means_add_up_to_mean_of_per_run_sums() -> None:
 def test_phase_means_with_no_successful_runs() -> None:
     means = stats.phase_means(frame(run(status="failed")))
     assert means.empty
-    assert list(means.columns) == [*stats.DEFAULT_GROUP, "n", *PHASE_COLUMNS]
+    assert list(means.columns) == [*DIMENSIONS, "n", *PHASE_COLUMNS]
 
 
 # -- amortized_per_action --------------------------------------------------------------------
