@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 #: How the configuration's readers report a mistake: ``bad(key, message)``, one line each.
@@ -102,3 +102,18 @@ def duration_at_least(value: Any, least: float) -> float:
     if seconds < least:
         raise ValueError(f"must be at least {least:g} s")
     return seconds
+
+
+def unknown_keys(
+    table: Mapping[str, Any],
+    key: str,
+    known: Iterable[str],
+    bad: Bad,
+    *,
+    say_known: Sequence[str] | None = None,
+) -> None:
+    """Report each key of `table` that is not `known`, one line each under `key`, in sorted
+    order; with `say_known`, the line lists the known keys in that order."""
+    hint = f" (known: {', '.join(say_known)})" if say_known is not None else ""
+    for extra in sorted(set(table) - set(known)):
+        bad(f"{key}.{extra}", f"unknown key{hint}")

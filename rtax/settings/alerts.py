@@ -25,6 +25,7 @@ from rtax.core.checks import (
     is_whole,
     names,
     positive_duration,
+    unknown_keys,
 )
 
 _RULE_KEYS = frozenset({"name", "metric", "samples", "substrates", *CONDITIONS})
@@ -39,8 +40,7 @@ def parse_detection(raw: Any, bad: Bad) -> Detection:
         return found
     known = {"interval", "window", "threshold", "min_segment", "min_log_sigma"}
     known |= {"min_success_sigma", "recovery_samples"}
-    for extra in set(raw) - known:
-        bad(f"detection.{extra}", "unknown key")
+    unknown_keys(raw, "detection", known, bad)
     if "interval" in raw:
         try:
             found = replace(found, interval_s=duration_at_least(raw["interval"], 1))
@@ -89,8 +89,7 @@ def parse_alerts(raw: Any, bad: Bad, substrates: set[str]) -> Alerts:
         bad("alerts", "must be a table")
         return found
     known = {"webhook", "webhook_env", "cooldown", "timeout", "backoff", "max_backoff", "rules"}
-    for extra in set(raw) - known:
-        bad(f"alerts.{extra}", "unknown key")
+    unknown_keys(raw, "alerts", known, bad)
     webhook, env = raw.get("webhook"), raw.get("webhook_env")
     if webhook is not None and not (isinstance(webhook, str) and _URL.match(webhook)):
         bad("alerts.webhook", 'must be an http(s) URL (e.g. "http://127.0.0.1:9000/hook")')
@@ -139,8 +138,7 @@ def _rule(i: int, entry: Any, bad: Bad, substrates: set[str]) -> Rule | None:
         bad(f"{key}.name", "missing (a non-empty string)")
         return None
     key = f"alerts.rules.{name}"
-    for extra in set(entry) - _RULE_KEYS:
-        bad(f"{key}.{extra}", "unknown key")
+    unknown_keys(entry, key, _RULE_KEYS, bad)
     given = [c for c in CONDITIONS if c in entry]
     if len(given) != 1:
         bad(key, f"needs exactly one condition of: {', '.join(CONDITIONS)}")
@@ -199,8 +197,7 @@ def parse_status(raw: Any, bad: Bad, substrates: set[str]) -> StatusRules:
         return found
     known = {"samples", "p95_above", "degraded_below", "down_below", "down_after"}
     known |= {"stale_intervals", "stale_after"}
-    for extra in set(raw) - known:
-        bad(f"status.{extra}", "unknown key")
+    unknown_keys(raw, "status", known, bad)
     values: dict[str, Any] = {}
     for key in ("samples", "down_after"):
         if key in raw:

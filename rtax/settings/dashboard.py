@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rtax.core.checks import Bad, is_port
+from rtax.core.checks import Bad, is_port, unknown_keys
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8501
@@ -54,8 +54,7 @@ def parse(raw: Any, bad: Bad) -> Dashboard:
     if not isinstance(raw, dict):
         bad("dashboard", "must be a table")
         return Dashboard()
-    for extra in set(raw) - {"address", "port"}:
-        bad(f"dashboard.{extra}", "unknown key")
+    unknown_keys(raw, "dashboard", {"address", "port"}, bad)
     found = Dashboard()
     for key, check in (("address", address), ("port", port)):
         if key in raw:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.core.checks import Bad, is_text, names
+from rtax.core.checks import Bad, is_text, names, unknown_keys
 from rtax.core.series import LOCAL_VANTAGE
 
 KINDS = ("local", "ray")
@@ -47,8 +47,7 @@ def parse(table: Any, bad: Bad) -> EngineSettings:
     if not isinstance(table, dict):
         bad("engine", 'must be "local", "ray" or a table ([engine])')
         return EngineSettings()
-    for extra in sorted(set(table) - _KEYS):
-        bad(f"engine.{extra}", f"unknown key (known: {', '.join(sorted(_KEYS))})")
+    unknown_keys(table, "engine", _KEYS, bad, say_known=sorted(_KEYS))
     kind = table.get("kind", "local")
     if kind not in KINDS:
         bad("engine.kind", f"must be one of {', '.join(KINDS)}")

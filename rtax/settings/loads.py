@@ -22,7 +22,7 @@ from typing import Any
 
 from rtax.analysis.envelope import Bounds
 from rtax.core import workloads
-from rtax.core.checks import Bad, duration, is_number, is_text, is_whole
+from rtax.core.checks import Bad, duration, is_number, is_text, is_whole, unknown_keys
 
 SHAPES: tuple[str, ...] = ("sequential", "staggered", "burst")
 #: Launches of one load run at most: one thread each, all started before the first launch.
@@ -137,8 +137,7 @@ def parse_loads(
         if name in names:
             bad(key, "defined twice")
         names.add(name)
-        for extra in sorted(set(entry) - _LOAD_KEYS):
-            bad(f"{key}.{extra}", f"unknown key (known: {', '.join(sorted(_LOAD_KEYS))})")
+        unknown_keys(entry, key, _LOAD_KEYS, bad, say_known=sorted(_LOAD_KEYS))
         substrate = entry.get("substrate")
         if not isinstance(substrate, str) or substrate not in substrates:
             bad(
@@ -183,8 +182,7 @@ def parse_capacity(raw: Any, bad: Bad) -> Bounds:
     if not isinstance(raw, dict):
         bad("capacity", "must be a table")
         return Bounds()
-    for extra in sorted(set(raw) - _CAPACITY_KEYS):
-        bad(f"capacity.{extra}", f"unknown key (known: {', '.join(sorted(_CAPACITY_KEYS))})")
+    unknown_keys(raw, "capacity", _CAPACITY_KEYS, bad, say_known=sorted(_CAPACITY_KEYS))
     found = Bounds()
     absolute = found.ttfc_p95_max_s
     if "ttfc_p95_max" in raw:

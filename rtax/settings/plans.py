@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtax.core import workloads
-from rtax.core.checks import Bad, duration, is_text, is_whole, names, positive_duration
+from rtax.core.checks import (
+    Bad,
+    duration,
+    is_text,
+    is_whole,
+    names,
+    positive_duration,
+    unknown_keys,
+)
 from rtax.settings import engine
 from rtax.settings.substrates import SubstrateConfig, has_modes
 
@@ -63,8 +71,7 @@ def parse(entries: Any, bad: Bad, substrates: dict[str, SubstrateConfig]) -> tup
 def _plan(
     key: str, name: str, entry: dict[str, Any], bad: Bad, substrates: dict[str, SubstrateConfig]
 ) -> Plan:
-    for extra in set(entry) - _KEYS:
-        bad(f"{key}.{extra}", "unknown key")
+    unknown_keys(entry, key, _KEYS, bad)
     subs = names(entry.get("substrates"))
     if not subs:
         bad(f"{key}.substrates", "must be a non-empty list of substrate names")

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.core.checks import Bad, duration_at_least, is_number, is_whole
+from rtax.core.checks import Bad, duration_at_least, is_number, is_whole, unknown_keys
 
 _KEYS = ("size", "refill_concurrency", "max_idle")
 
@@ -52,8 +52,7 @@ def parse(table: Any, key: str, bad: Bad) -> PoolSettings | None:
     if not isinstance(table, dict):
         bad(key, "must be a table: pool = {size = 4, refill_concurrency = 2}")
         return None
-    for extra in sorted(set(table) - set(_KEYS)):
-        bad(f"{key}.{extra}", f"unknown key (known: {', '.join(_KEYS)})")
+    unknown_keys(table, key, _KEYS, bad, say_known=_KEYS)
     if "size" not in table:
         bad(f"{key}.size", "missing (how many environments to keep ready, >= 1)")
         return None

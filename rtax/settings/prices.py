@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Any
 
-from rtax.core.checks import Bad, is_number, is_whole
+from rtax.core.checks import Bad, is_number, is_whole, unknown_keys
 from rtax.planning.pricing import PRICE_KEYS, UNSET, Limits, Price, Prices
 
 _LIMIT_KEYS = ("max_concurrent", "creates_per_s")
@@ -38,8 +38,7 @@ def _table(value: Any, key: str, bad: Bad, known: tuple[str, ...]) -> dict[str, 
     if not isinstance(value, dict):
         bad(key, "must be a table")
         return {}
-    for extra in sorted(set(value) - set(known)):
-        bad(f"{key}.{extra}", f"unknown key (known: {', '.join(known)})")
+    unknown_keys(value, key, known, bad, say_known=known)
     return value
 
 

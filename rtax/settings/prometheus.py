@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.core.checks import Bad, is_bool, is_port, is_text
+from rtax.core.checks import Bad, is_bool, is_port, is_text, unknown_keys
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,7 @@ def parse(table: Any, bad: Bad) -> MetricsSettings:
     if not isinstance(table, dict):
         bad("metrics", "must be a table")
         return default
-    for extra in set(table) - {"enabled", "address", "port"}:
-        bad(f"metrics.{extra}", "unknown key")
+    unknown_keys(table, "metrics", {"enabled", "address", "port"}, bad)
     enabled, address = table.get("enabled", default.enabled), table.get("address", default.address)
     port = table.get("port", default.port)
     if not is_bool(enabled):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.core.checks import Bad, duration, duration_at_least, is_positive, is_whole
+from rtax.core.checks import Bad, duration, duration_at_least, is_positive, is_whole, unknown_keys
 
 #: The scheduler's durations and their defaults; each must be at least 1 s.
 _DURATIONS = (("deadline", "15m"), ("misfire_grace", "5m"), ("reap_interval", "5m"))
@@ -40,8 +40,7 @@ def parse_retention(table: Any, bad: Bad) -> Retention:
     if not isinstance(table, dict):
         bad("retention", "must be a table")
         table = {}
-    for extra in set(table) - {"raw_days", "bucket"}:
-        bad(f"retention.{extra}", "unknown key")
+    unknown_keys(table, "retention", {"raw_days", "bucket"}, bad)
     raw_days = table.get("raw_days", 30)
     if not is_positive(raw_days):
         bad("retention.raw_days", "must be a positive number of days")
@@ -58,8 +57,9 @@ def parse_scheduler(table: Any, bad: Bad) -> SchedulerSettings:
     if not isinstance(table, dict):
         bad("scheduler", "must be a table")
         table = {}
-    for extra in set(table) - {"concurrency", "deadline", "misfire_grace", "reap_interval"}:
-        bad(f"scheduler.{extra}", "unknown key")
+    unknown_keys(
+        table, "scheduler", {"concurrency", "deadline", "misfire_grace", "reap_interval"}, bad
+    )
     concurrency = table.get("concurrency", 1)
     if not is_whole(concurrency, low=1):
         bad("scheduler.concurrency", "must be a whole number >= 1")

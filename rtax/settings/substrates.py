@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtax.core.checks import Bad, is_bool, is_env_name, is_positive, is_text, is_whole
+from rtax.core.checks import Bad, is_bool, is_env_name, is_positive, is_text, is_whole, unknown_keys
 from rtax.core.kinds import EMULATIONS, connection_params, parameters
 from rtax.core.kinds import SUBSTRATES as REGISTRY
 from rtax.planning.pricing import Limits, Prices
@@ -88,8 +88,7 @@ def _entry(
     if not isinstance(entry, dict):
         bad(key, "must be a table")
         return None
-    for extra in set(entry) - _KEYS:
-        bad(f"{key}.{extra}", "unknown key")
+    unknown_keys(entry, key, _KEYS, bad)
     name, kind = entry.get("name"), entry.get("kind")
     if not is_text(name):
         bad(f"{key}.name", "missing (a non-empty string)")
