@@ -44,7 +44,7 @@ unscheduled until cleared (an orchestration that never ends). `stop()` waits for
 background work and removes every container the emulation made, including those whose pods
 were deleted and are still being removed.
 
-Where each part lives: `api` (the API server's rules: errors, validation, selectors), `store`
+Where each part lives: `api` (the API server's rules: errors, validation, selectors), `etcd`
 (objects, resourceVersion, watch), `kubelet` (each pod's life on Docker), `exec` (the WebSocket
 exec channel) and `server` (`KubernetesEmulation`: routes, where faults are matched, start
 and stop).
@@ -53,7 +53,7 @@ and stop).
 from rtax.emulation.kubernetes.api import field_matcher, label_matcher, status_body
 from rtax.emulation.kubernetes.kubelet import BACKING_NAME, NODE_NAME
 from rtax.emulation.kubernetes.server import BACKGROUND, OPERATIONS, KubernetesEmulation
-from rtax.emulation.kubernetes.store import HISTORY
+from rtax.emulation.kubernetes.etcd import HISTORY
 
 __all__ = [
     "BACKGROUND",

@@ -1,4 +1,5 @@
-"""The API server's storage: pods and events, one resourceVersion counter, and watches.
+"""The API server's storage, as etcd is a real one's: pods and events, one resourceVersion counter,
+and watches.
 
 Why (docs/emulations.md): the client's watch-based waiting is only exercised if a watch
 behaves as on a real cluster: resumable from a ``resourceVersion`` out of a bounded history,
@@ -24,7 +25,7 @@ from rtax.emulation.kubernetes.api import status_body
 HISTORY = 10_000
 
 
-class Store:
+class Etcd:
     """Pods and events with one resourceVersion counter and a bounded watch history.
 
     Written from the server's loop and from kubelet threads, under one lock; watchers (async, on
