@@ -51,9 +51,9 @@ and stop).
 """
 
 from rtax.emulation.kubernetes.api import field_matcher, label_matcher, status_body
+from rtax.emulation.kubernetes.etcd import HISTORY
 from rtax.emulation.kubernetes.kubelet import BACKING_NAME, NODE_NAME
 from rtax.emulation.kubernetes.server import BACKGROUND, OPERATIONS, KubernetesEmulation
-from rtax.emulation.kubernetes.etcd import HISTORY
 
 __all__ = [
     "BACKGROUND",

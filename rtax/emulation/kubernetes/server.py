@@ -35,9 +35,9 @@ from rtax.emulation.kubernetes.api import (
     timestamp,
     validate_pod,
 )
+from rtax.emulation.kubernetes.etcd import Etcd, with_kind
 from rtax.emulation.kubernetes.exec import refuse, run_exec
 from rtax.emulation.kubernetes.kubelet import Kubelet
-from rtax.emulation.kubernetes.etcd import Etcd, with_kind
 
 #: The operations a fault can be planted on (`rtax.emulation.faults`).
 OPERATIONS = {
