@@ -26,7 +26,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from rtax.store.database import Store, retention
+from rtax.store import Store, retention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # sibling scripts, not a package

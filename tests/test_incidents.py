@@ -13,7 +13,7 @@ import sqlite_utils
 from rtax.analysis import incidents
 from rtax.analysis.rules import Alerts, Detection, Rule
 from rtax.service import detection as monitor
-from rtax.store.database import Store, migrations
+from rtax.store import Store, migrations
 from tests.factories import make_record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

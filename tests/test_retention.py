@@ -15,7 +15,7 @@ import pytest
 from factories import make_action, make_run
 from rtax.analysis.sketch import EXACT_LIMIT
 from rtax.core.record import RolloutRecord
-from rtax.store.database import Store, StoreError, retention
+from rtax.store import Store, StoreError, retention
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

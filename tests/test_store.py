@@ -14,7 +14,7 @@ import sqlite_utils
 from factories import make_action, make_record, make_run
 from rtax.core.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
 from rtax.store import database as store_module
-from rtax.store.database import Store, StoreError, migrations
+from rtax.store import Store, StoreError, migrations
 from rtax.store.migrations import SCHEMA_VERSION
 
 # -- helpers ---------------------------------------------------------------------------------

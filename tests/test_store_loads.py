@@ -11,7 +11,7 @@ import pytest
 import sqlite_utils
 
 from factories import make_record, make_run
-from rtax.store.database import Store, migrations
+from rtax.store import Store, migrations
 
 
 def _identity(load_id: str, **overrides) -> dict:

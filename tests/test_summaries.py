@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from factories import make_record
 from rtax.analysis import sketch, stats, summaries
 from rtax.dashboard import summarized, tables
-from rtax.store.database import Store, migrations, retention
+from rtax.store import Store, migrations, retention
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 #: (substrate, kind, mode, fidelity, tier, steps, runs, median episode s)

@@ -13,7 +13,7 @@ import pytest
 from factories import make_record
 from rtax.analysis import status, timeline
 from rtax.dashboard import data
-from rtax.store.database import Store, retention
+from rtax.store import Store, retention
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 
