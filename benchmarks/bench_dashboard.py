@@ -93,7 +93,7 @@ def main() -> int:
         t0 = time.perf_counter()
         with Store(tmp / "folded.db") as store:
             report = retention.fold(store, older_than_days=1.0, pause_s=0.0)
-            raw_left = store.count("runs")
+            raw_left = store.runs.count()
         print(
             f"  folded: {report.runs:,} runs older than a day folded into rollups "
             f"({raw_left:,} raw runs left) in {time.perf_counter() - t0:.1f} s"

@@ -56,7 +56,7 @@ def spend_today(db: str) -> pd.DataFrame:
         spend = pd.DataFrame(columns=["substrate", "fidelity", "rollouts", "env_minutes"])
     else:
         with store:
-            spend = store.spend(since=budget.day_start().isoformat(timespec="microseconds"))
+            spend = store.runs.spend(since=budget.day_start().isoformat(timespec="microseconds"))
     return budget.spend_table(spend, _configured_substrates())
 
 
@@ -119,8 +119,8 @@ def runs(db: str, key: FilterKey) -> pd.DataFrame:
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=PAGE_COLUMNS, **_query(key))
-        floor = store.floor_toolchain()
+        frame = store.runs.read(columns=PAGE_COLUMNS, **_query(key))
+        floor = store.runs.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
@@ -143,8 +143,8 @@ def summary(db: str, key: FilterKey, metrics: tuple[str, ...] | None = None) -> 
     if store is None:
         return _empty_summary()
     with store:
-        rows = store.summaries(metrics=list(metrics) if metrics else None, **_query(key))
-        floor = store.floor_toolchain()
+        rows = store.summaries.read(metrics=list(metrics) if metrics else None, **_query(key))
+        floor = store.runs.floor_toolchain()
     return summaries.label(rows, floor) if not rows.empty else _empty_summary()
 
 
@@ -156,8 +156,8 @@ def newest_runs(db: str, key: FilterKey, limit: int = DISTRIBUTION_ROWS) -> pd.D
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
-        floor = store.floor_toolchain()
+        frame = store.runs.read(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
+        floor = store.runs.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
@@ -168,7 +168,7 @@ def has_rollups(db: str, key: FilterKey) -> bool:
     if store is None:
         return False
     with store:
-        return store.has_rollups(_query(key).get("since"))
+        return store.rollups.any(_query(key).get("since"))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -178,7 +178,7 @@ def options(db: str) -> dict[str, list[Any]]:
     if store is None:
         return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": [], "vantage": []}
     with store:
-        return store.summary_distinct()
+        return store.summaries.distinct()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -200,8 +200,8 @@ def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
         return pd.DataFrame(columns=list(RUN_COLUMNS))
     with store:
         if table == "runs":
-            return store.runs(limit=limit, newest_first=True, **_query(key))
-        return store.actions(limit=limit, newest_first=True, **_query(key))
+            return store.runs.read(limit=limit, newest_first=True, **_query(key))
+        return store.runs.actions(limit=limit, newest_first=True, **_query(key))
 
 
 def csv_of(db: str, key: FilterKey, table: str) -> bytes:
@@ -211,7 +211,7 @@ def csv_of(db: str, key: FilterKey, table: str) -> bytes:
     if store is None:
         return b""
     with store:
-        return "".join(store.csv_chunks(table, **_query(key))).encode()
+        return "".join(store.runs.csv_chunks(table, **_query(key))).encode()
 
 
 def frame_csv(frame: pd.DataFrame) -> bytes:
@@ -249,7 +249,9 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
     filters = {k: v for k, v in _query(key).items() if k != "since"}
     series = list(status.SERIES)
     with store:
-        week = store.summaries(metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters)
+        week = store.summaries.read(
+            metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters
+        )
         if week.empty:
             return []
         seen = (
@@ -258,7 +260,7 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             .max()
             .rename(columns={"last_started_at": "last"})
         )
-        day_rows = store.summaries(
+        day_rows = store.summaries.read(
             metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
         )
         day = summaries.combine(day_rows, [*series, "metric"])
@@ -266,13 +268,13 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             day["runs"] = day["attempts"]
             day["p50"] = [s.quantile(50) for s in day["sketch"]]
             day["p95"] = [s.quantile(95) for s in day["sketch"]]
-        incidents = store.open_incidents()
+        incidents = store.incidents.open()
 
         def recent(row: Any) -> pd.DataFrame:
             wanted = {c: row[c] for c in series}
             wanted["steps"] = int(row["steps"])
             limit = max(rules.samples, SPARK_POINTS)
-            return store.runs(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
+            return store.runs.read(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
 
         return status.cards(seen, day, recent, incidents, plans, rules, now, series_key)
 
@@ -286,7 +288,7 @@ def timeline_span(db: str, key: FilterKey) -> float | None:
         return None
     query = _query(key)
     with store:
-        found = store.summary_span(**query)
+        found = store.summaries.span(**query)
     if found is None:
         return None
     first = datetime.fromisoformat(found[0])
@@ -302,7 +304,7 @@ def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
     if store is None:
         return {}
     with store:
-        found = store.summary_series(**_query(key))
+        found = store.summaries.series(**_query(key))
     records = found.to_dict("records")
     pairs = sorted(((status.label(r), series_key(r)) for r in records), key=lambda p: p[0])
     return {k: label for label, k in pairs}
@@ -324,17 +326,17 @@ def timeline_points(
     with store:
         if bucket in timeline.SUMMARY_BUCKET:
             grain = timeline.SUMMARY_BUCKET[bucket]
-            rows = store.summary_buckets(grain, metrics=[column], since=since, **query)
+            rows = store.summaries.buckets(grain, metrics=[column], since=since, **query)
             return timeline.from_summaries(timeline.keep(rows, series), column, grain)
         cut = stamp(datetime.now(UTC) - timedelta(seconds=timeline.RAW_SPAN_S))
         raw_since = max(since, cut) if since else cut
-        oldest = store.oldest_raw_start()
+        oldest = store.runs.oldest_start()
         raw_from = max(oldest, raw_since) if oldest else None
         columns = [*status.SERIES, "started_at", "status", "error_class", column]
-        runs = store.runs(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
+        runs = store.runs.read(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
         raw = timeline.from_runs(timeline.keep(runs, series), column, timeline.BUCKETS[bucket])
         until = summaries.start_of(raw_from) if raw_from else None
-        hourly_rows = store.summary_buckets(
+        hourly_rows = store.summaries.buckets(
             "hour", metrics=[column], since=since, until=until, **query
         )
         hourly = timeline.from_summaries(timeline.keep(hourly_rows, series), column, "hour")
@@ -348,31 +350,31 @@ def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
     if store is None:
         return pd.DataFrame()
     with store:
-        return store.incidents(limit=limit)
+        return store.incidents.read(limit=limit)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
     """The load runs started in the window, for the filters (docs/load.md), oldest first."""
-    from rtax.store.migrations import LOAD_RUN_COLUMNS
+    from rtax.store.schema import LOAD_RUN_COLUMNS
 
     store = _open(db)
     if store is None:
         return pd.DataFrame(columns=list(LOAD_RUN_COLUMNS))
     with store:
-        return store.load_runs(**_query(key))
+        return store.loads.read(**_query(key))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
     """The rollouts of those load runs (the page's columns), in launch order."""
-    from rtax.store.loads import LOAD_ROLLOUT_COLUMNS
+    from rtax.store.schema import LOAD_ROLLOUT_COLUMNS
 
     store = _open(db) if load_ids else None
     if store is None:
         return pd.DataFrame(columns=list(LOAD_ROLLOUT_COLUMNS))
     with store:
-        return store.load_rollouts(list(load_ids))
+        return store.loads.rollouts(list(load_ids))
 
 
 def capacity_bounds() -> Any:
@@ -397,5 +399,5 @@ def newest_run(db: str) -> str | None:
     if store is None:
         return None
     with store:
-        found = store.summary_span()
+        found = store.summaries.span()
     return found[1] if found else None

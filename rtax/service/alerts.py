@@ -165,7 +165,7 @@ class Notifier:
             self._wake.clear()
 
     def _until_next(self, store: Store) -> float:
-        due = store.next_alert_at()
+        due = store.incidents.next_alert_at()
         if due is None:
             return IDLE_S
         if due == "":
@@ -176,20 +176,20 @@ class Notifier:
     def deliver_due(self, store: Store) -> int:
         """One pass: post every alert due now; return how many were delivered."""
         delivered = 0
-        for incident in store.due_alerts(stamp(self.now())):
+        for incident in store.incidents.due_alerts(stamp(self.now())):
             if self._stop.is_set():
                 break
             event = incident["event"]
             error = self._post(body(incident, event))
             if error is None:
-                store.alert_sent(incident["id"], event, stamp(self.now()))
+                store.incidents.alert_sent(incident["id"], event, stamp(self.now()))
                 delivered += 1
                 log.info("alert %s sent: incident %s", event, incident["id"])
                 continue
             attempts = int(incident["alert_attempts"]) + 1
             delay = min(self.settings.backoff_s * 2 ** (attempts - 1), self.settings.max_backoff_s)
             next_at = stamp(self.now() + timedelta(seconds=delay))
-            store.alert_failed(incident["id"], attempts, next_at, error)
+            store.incidents.alert_failed(incident["id"], attempts, next_at, error)
             log.warning(
                 "alert %s of incident %s not delivered (attempt %d: %s); retrying in %g s",
                 event,
