@@ -19,8 +19,16 @@ import streamlit as st
 from rtax.analysis import stats, status, summaries, timeline
 from rtax.analysis.incidents import series_key, stamp
 from rtax.core import paths
-from rtax.core.record import PAGE_COLUMNS, RUN_COLUMNS
-from rtax.store.database import Store, StoreError
+from rtax.store import (
+    LOAD_ROLLOUT_COLUMNS,
+    LOAD_RUN_COLUMNS,
+    OPTION_COLUMNS,
+    PAGE_COLUMNS,
+    RUN_COLUMNS,
+    SUMMARY_COLUMNS,
+    Store,
+    StoreError,
+)
 
 TTL_S = 10
 
@@ -130,7 +138,7 @@ DISTRIBUTION_ROWS = 5_000
 
 
 def _empty_summary() -> pd.DataFrame:
-    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in summaries.COLUMNS})
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
     return frame.assign(series=[], workload=[], comparable=[])
 
 
@@ -176,7 +184,7 @@ def options(db: str) -> dict[str, list[Any]]:
     """Values present in the database (raw and folded history), for the filter widgets."""
     store = _open(db)
     if store is None:
-        return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": [], "vantage": []}
+        return {column: [] for column in OPTION_COLUMNS}
     with store:
         return store.summaries.distinct()
 
@@ -356,8 +364,6 @@ def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
     """The load runs started in the window, for the filters (docs/load.md), oldest first."""
-    from rtax.store.schema import LOAD_RUN_COLUMNS
-
     store = _open(db)
     if store is None:
         return pd.DataFrame(columns=list(LOAD_RUN_COLUMNS))
@@ -368,8 +374,6 @@ def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
     """The rollouts of those load runs (the page's columns), in launch order."""
-    from rtax.store.schema import LOAD_ROLLOUT_COLUMNS
-
     store = _open(db) if load_ids else None
     if store is None:
         return pd.DataFrame(columns=list(LOAD_ROLLOUT_COLUMNS))

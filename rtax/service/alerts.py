@@ -33,29 +33,15 @@ from typing import Any
 from rtax.analysis.incidents import stamp
 from rtax.analysis.rules import Alerts
 from rtax.core import redaction
-from rtax.store.database import Store
+from rtax.store import INCIDENT_COLUMNS, Store
 
 log = logging.getLogger("rtax.service.alerts")
 
-#: The incident fields an alert carries besides its text.
-FIELDS = (
+#: The incident fields an alert carries besides its text: its id and what the incident says
+#: (`rtax.store.INCIDENT_COLUMNS`), not when it was written nor its alerts' delivery state.
+FIELDS: tuple[str, ...] = (
     "id",
-    "series",
-    "substrate",
-    "tier",
-    "steps",
-    "mode",
-    "fidelity",
-    "metric",
-    "rule",
-    "detector",
-    "state",
-    "start",
-    "end",
-    "before_p50",
-    "after_p50",
-    "magnitude",
-    "detail",
+    *(c for c in INCIDENT_COLUMNS if c != "opened_at" and not c.startswith("alert_")),
 )
 #: The longest the thread waits before looking at the outbox again (new alerts wake it).
 IDLE_S = 30.0

@@ -28,21 +28,13 @@ LOOKBACK = timedelta(days=7)
 #: The columns that make a series (rtax.analysis.stats.DEFAULT_GROUP, and the launch type: a warm
 #: pool's claims and cold starts are two series, never one change).
 SERIES = SERIES_COLUMNS
-#: The runs columns detection reads.
-COLUMNS = (
-    "run_id",
-    "started_at",
-    "substrate",
-    "tier",
-    "steps",
-    "mode",
-    "fidelity",
-    "launch_type",
-    "vantage",
-    "status",
-    "error_class",
-    "time_to_first_command_s",
-    "episode_s",
+#: The runs columns detection reads: a run's identity and series, its outcome, and the runs
+#: column of each metric it watches (`rtax.analysis.incidents.COLUMNS`).
+COLUMNS: tuple[str, ...] = (
+    *("run_id", "started_at"),
+    *SERIES,
+    *("status", "error_class"),
+    *incidents.COLUMNS.values(),
 )
 
 
