@@ -26,8 +26,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from rtax.store import retention
-from rtax.store.database import Store
+from rtax.store import Store, retention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # sibling scripts, not a package
@@ -94,7 +93,7 @@ def main() -> int:
         t0 = time.perf_counter()
         with Store(tmp / "folded.db") as store:
             report = retention.fold(store, older_than_days=1.0, pause_s=0.0)
-            raw_left = store.count("runs")
+            raw_left = store.runs.count()
         print(
             f"  folded: {report.runs:,} runs older than a day folded into rollups "
             f"({raw_left:,} raw runs left) in {time.perf_counter() - t0:.1f} s"

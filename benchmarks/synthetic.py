@@ -159,7 +159,7 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
     # Rows written around `save_rollout` have no summaries yet: the store's repair builds them,
     # as it would for any file written by other means.
     with Store(path) as store:
-        store.rebuild_summaries()
+        store.summaries.rebuild()
     return runs, n_actions
 
 

@@ -91,7 +91,7 @@ class SubstrateContract:
         first = [] if record.run["launch_type"] == "warm" else ["ready"]
         assert [a["phase"] for a in record.actions] == [*first, "action"]
         store.save_rollout(record)
-        assert store.count("runs") == 1 and store.count("actions") == len(first) + 1
+        assert store.runs.count() == 1 and store.runs.count_actions() == len(first) + 1
 
     def test_t1(self, substrate: Substrate) -> None:
         record = self.rollout(substrate, workloads.build("T1"))
@@ -133,7 +133,7 @@ class SubstrateContract:
         record = self.rollout(substrate, workload)
         assert record.ok, record.run
         store.save_rollout(record)
-        actions = store.actions(run_id=record.run["run_id"], phase="action")
+        actions = store.runs.actions(run_id=record.run["run_id"], phase="action")
         assert len(actions) == 10 == record.run["n_actions_done"]
         assert list(actions["command"]) == [a.command for a in workload.actions]
         assert (actions["latency_s"] > 0).all()

@@ -21,8 +21,8 @@ def _t(iso: str) -> float:
 
 def check_load(store: Store, load_id: str, *, complete: bool = True) -> dict[str, Any]:
     """Assert that the load run's row matches its rollouts; return the row."""
-    row = store.load_runs(load_id=load_id).iloc[0].to_dict()
-    runs = store.runs()
+    row = store.loads.read(load_id=load_id).iloc[0].to_dict()
+    runs = store.runs.read()
     runs = runs[runs["load_id"] == load_id].sort_values("load_index")
     assert row["status"] == ("complete" if complete else "interrupted")
     assert row["rollouts"] == len(runs)

@@ -95,9 +95,9 @@ def test_a_receiver_that_is_down_gets_the_alert_when_it_comes_back(
     try:
         notifier.wake()
         wait_for(
-            lambda: store.open_incidents()[0]["alert_attempts"] >= 2, 10, "two refused attempts"
+            lambda: store.incidents.open()[0]["alert_attempts"] >= 2, 10, "two refused attempts"
         )
-        (incident,) = store.open_incidents()
+        (incident,) = store.incidents.open()
         assert incident["alert_open"] == "pending"
         assert "Connection refused" in incident["alert_error"]
         receiver = Receiver(port)
@@ -105,11 +105,11 @@ def test_a_receiver_that_is_down_gets_the_alert_when_it_comes_back(
             receiver.status = 500
             wait_for(lambda: receiver.requests >= 2, 10, "two 500s")
             wait_for(
-                lambda: store.open_incidents()[0]["alert_error"] == "HTTP 500", 10, "a 500 kept"
+                lambda: store.incidents.open()[0]["alert_error"] == "HTTP 500", 10, "a 500 kept"
             )
             receiver.status = 200
             wait_for(lambda: receiver.bodies, 10, "the alert delivered")
-            wait_for(lambda: store.open_incidents()[0]["alert_open"] == "sent", 10, "marked sent")
+            wait_for(lambda: store.incidents.open()[0]["alert_open"] == "sent", 10, "marked sent")
             assert len(receiver.bodies) == 1 and receiver.bodies[0]["event"] == "opened"
         finally:
             receiver.close()
@@ -123,7 +123,7 @@ def test_a_pending_alert_survives_a_restart(store: Store, db_path: Path) -> None
     first = alerts.Notifier(db_path, settings, f"http://127.0.0.1:{port}/hook")
     _slow(store, 0, 5.0, settings)
     first.start()
-    wait_for(lambda: store.open_incidents()[0]["alert_attempts"] >= 1, 10, "a refused attempt")
+    wait_for(lambda: store.incidents.open()[0]["alert_attempts"] >= 1, 10, "a refused attempt")
     first.stop()
     receiver = Receiver(port)
     try:
@@ -147,12 +147,12 @@ def test_retries_back_off_on_the_injected_clock(store: Store, db_path: Path) -> 
     gaps = []
     for _ in range(4):
         notifier.deliver_due(store)
-        (incident,) = store.open_incidents()
+        (incident,) = store.incidents.open()
         due = datetime.fromisoformat(incident["alert_next_at"]).timestamp()
         gaps.append(due - clock.t)
         clock.t = due - 0.5
         notifier.deliver_due(store)  # not yet due: no attempt
-        assert store.open_incidents()[0]["alert_attempts"] == incident["alert_attempts"]
+        assert store.incidents.open()[0]["alert_attempts"] == incident["alert_attempts"]
         clock.t = due
     assert gaps == [5, 10, 12, 12]
 
@@ -164,7 +164,7 @@ def test_a_suppressed_alert_is_never_posted(store: Store, db_path: Path, receive
         _slow(store, i, ttfc, settings)
         notifier.deliver_due(store)
     assert [b["event"] for b in receiver.bodies] == ["opened", "resolved"]
-    assert store.incidents()["alert_open"].tolist() == ["suppressed", "sent"]
+    assert store.incidents.read()["alert_open"].tolist() == ["suppressed", "sent"]
 
 
 def test_secrets_are_scrubbed_from_the_body(
@@ -174,7 +174,7 @@ def test_secrets_are_scrubbed_from_the_body(
     monkeypatch.setenv("RTAX_TEST_HOOK", f"{receiver.url}?token={secret}")
     url = alerts.webhook_url(Alerts(webhook_env="RTAX_TEST_HOOK"))
     assert url and secret in url and secret in redaction.held()
-    store.add_incident(
+    store.incidents.add(
         {
             "series": "local T0 S=0 exec real",
             "substrate": "local",
@@ -212,7 +212,7 @@ def test_a_hanging_receiver_never_holds_up_storing_and_detection(
         for i in range(1, 6):
             _slow(store, i, 1.0, settings)  # rollouts stored, incidents resolved meanwhile
         assert time.monotonic() - began < 2.0
-        assert store.count("runs") == 6
+        assert store.runs.count() == 6
         receiver.hold.set()
         wait_for(lambda: len(receiver.bodies) == 2, 10, "opened, then resolved")
         assert [b["event"] for b in receiver.bodies] == ["opened", "resolved"]

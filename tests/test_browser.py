@@ -72,7 +72,7 @@ def seeded_db(tmp_path_factory) -> Path:
         )
     with Store(path) as store:
         # the seeded series ran the floor's toolchain, so they are comparable to it
-        floor = store.floor_toolchain()
+        floor = store.runs.floor_toolchain()
         assert floor is not None, "the local probe recorded no toolchain"
         for i, (sub, tier, steps, ep) in enumerate(
             [
@@ -165,7 +165,7 @@ def test_download_csv(browser, server: str, seeded_db: Path, tmp_path: Path) -> 
         page.close()
     frame = pd.read_csv(target)
     with Store(seeded_db, create=False) as store:
-        assert len(frame) == store.count("runs")
+        assert len(frame) == store.runs.count()
     assert frame["run_id"].is_unique
 
 
@@ -174,9 +174,9 @@ def test_capacity_shows_the_envelope(browser, server: str, seeded_db: Path, arti
     from rtax.analysis import envelope
 
     with Store(seeded_db, create=False) as store:
-        loads = store.load_runs()
+        loads = store.loads.read()
         fitted = envelope.fit(
-            envelope.points(loads, store.load_rollouts(list(loads["load_id"])))
+            envelope.points(loads, store.loads.rollouts(list(loads["load_id"])))
         ).iloc[0]
     held = fitted["held_concurrency"]
     page = browser.new_page(viewport={"width": 1400, "height": 2400})

@@ -334,7 +334,7 @@ def test_probe_a_substrate_named_in_the_configuration(
     from rtax.store.database import Store
 
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["substrate"]) == ["scratch"] and list(runs["status"]) == ["ok"]
     assert roots.is_dir()  # the configured parameter was used
 

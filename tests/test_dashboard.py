@@ -114,7 +114,7 @@ def test_empty_overview_says_how_to_get_data(tmp_path: Path, monkeypatch) -> Non
 
 def _runs(db: Path) -> pd.DataFrame:
     with Store(db, create=False) as store:
-        return stats.add_series(store.runs())
+        return stats.add_series(store.runs.read())
 
 
 def test_overview_numbers_equal_stats(seeded: Path, monkeypatch) -> None:
@@ -358,7 +358,7 @@ def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
             store.save_rollout(record)
         store.save_rollout(_record(99, "docker", "T0", 0, 0.3))
         retention.fold(store, older_than_days=30, now=NOW)
-        assert store.count("runs") == 1
+        assert store.runs.count() == 1
     at = _app(db, monkeypatch)
     _ok(at, "Overview")
     # One table over raw and folded history alike (the store's summaries cover both), and

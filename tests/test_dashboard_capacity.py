@@ -24,7 +24,7 @@ NOW = datetime.now(UTC)
 def _load(store: Store, load_id: str, shape: str, concurrency: int, ttfcs, failures=(), **fig):
     started = (NOW - timedelta(minutes=10 - concurrency / 10)).isoformat()
     n = len(ttfcs) + len(failures)
-    store.begin_load_run(
+    store.loads.begin(
         {"load_id": load_id, "name": None, "substrate": "docker", "kind": "docker",
          "mode": "exec", "fidelity": "real", "tier": "T0", "steps": 0, "shape": shape, "n": n,
          "every_s": 0.25 if shape == "staggered" else None, "started_at": started}
@@ -43,7 +43,7 @@ def _load(store: Store, load_id: str, shape: str, concurrency: int, ttfcs, failu
     figures = {"status": "complete", "rollouts": n, "ok": len(ttfcs), "ready": len(ttfcs),
                "concurrency": concurrency, "failures": "{}", "harness_cpu_cores": 0.1,
                "dispatch_lag_p50_s": 0.001, "dispatch_lag_max_s": 0.002, **fig}  # fmt: skip
-    store.finish_load_run(load_id, figures)
+    store.loads.finish(load_id, figures)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +76,9 @@ def test_the_envelope_shown_is_the_fit_of_the_stored_rows(loaded: Path, monkeypa
     assert (metric.value, metric.delta) == ("10", "breaks at 20")  # worked out by hand
     shown = at.dataframe[0].value.iloc[0]
     with Store(loaded, read_only=True) as store:
-        loads = store.load_runs()
+        loads = store.loads.read()
         fitted = envelope.fit(
-            envelope.points(loads, store.load_rollouts(list(loads["load_id"]))), Bounds()
+            envelope.points(loads, store.loads.rollouts(list(loads["load_id"]))), Bounds()
         ).iloc[0]
     for column in ("p95_limit_s", "held_concurrency", "break_concurrency", "held_creates_per_s"):
         assert shown[column] == pytest.approx(fitted[column])

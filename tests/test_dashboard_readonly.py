@@ -20,8 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 from factories import make_record
 from rtax.dashboard import data
-from rtax.store import migrations
-from rtax.store.database import Store
+from rtax.store import Store, migrations
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = (

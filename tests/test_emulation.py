@@ -155,8 +155,8 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
         assert probe.returncode == 0, probe.stderr
         assert f"probing the {kind} emulation" in probe.stderr
         with Store(db, create=False) as store:
-            runs = store.runs()
-            tests = store.actions(phase="action")
+            runs = store.runs.read()
+            tests = store.runs.actions(phase="action")
         tests = tests[tests["category"] == "test"]
         assert list(runs["status"]) == ["ok"] * 3, runs["error_message"].tolist()
         assert set(runs["fidelity"]) == {"emulated"} and set(runs["substrate"]) == {kind}
@@ -195,7 +195,7 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
             if not conf.database.exists():
                 return None
             with Store(conf.database, create=False) as store:
-                frame = store.runs()
+                frame = store.runs.read()
             return frame.to_dict("records") or None
 
         rows = _poll(runs, 120, "a kubernetes run")

@@ -92,7 +92,7 @@ def test_the_local_engine_stamps_vantage_and_engine_under_the_chosen_run_id(
     scheduler.save(record)
     scheduler.save(record)  # a second outcome of the same run id is not a second row
     with Store(conf.database) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["run_id"]) == ["chosen-before-dispatch"]
     assert list(runs["vantage"]) == ["lab-3"]
 

@@ -44,7 +44,7 @@ def _probe_and_store(conf: SubstrateConfig, db: Path) -> dict:
     record = run_rollout(substrate, workloads.build("T0"), options=RolloutOptions(deadline_s=300))
     with Store(db) as store:
         store.save_rollout(record)
-        (row,) = store.runs().to_dict("records")
+        (row,) = store.runs.read().to_dict("records")
     return row
 
 

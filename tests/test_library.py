@@ -30,7 +30,7 @@ def test_the_documented_script_runs_and_stores_what_it_says(
     out = capsys.readouterr().out
     assert "3 rollouts, 3 ok" in out and "local · T0 3 " in out
     with Store(db) as store:
-        assert len(store.runs(substrate="local")) == 3
+        assert len(store.runs.read(substrate="local")) == 3
 
 
 def test_every_exported_name_resolves_and_is_listed_in_the_docs() -> None:

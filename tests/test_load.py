@@ -90,7 +90,7 @@ def test_a_staggered_run_leaves_on_schedule(tmp_path: Path, local: LocalSubstrat
     result, store = _run(local, plan, tmp_path / "x.db")
     with store:
         row = check_load(store, result.load_id)
-        runs = store.load_rollouts([result.load_id])
+        runs = store.loads.rollouts([result.load_id])
     due = [datetime.fromisoformat(t).timestamp() for t in runs["scheduled_at"]]
     assert [b - a for a, b in itertools.pairwise(due)] == pytest.approx([0.2] * 4, abs=1e-5)
     assert datetime.fromisoformat(runs["scheduled_at"][0]) == datetime.fromisoformat(
@@ -103,7 +103,7 @@ def test_a_sequential_run_waits_for_each_rollout(tmp_path: Path, local: LocalSub
     result, store = _run(local, LoadPlan("local", shape="sequential", n=4), tmp_path / "x.db")
     with store:
         row = check_load(store, result.load_id)
-        runs = store.runs()
+        runs = store.runs.read()
     assert row["concurrency"] == 1
     began = [datetime.fromisoformat(t).timestamp() for t in runs["started_at"]]
     ended = [b + w for b, w in zip(began, runs["wall_s"], strict=True)]
@@ -127,7 +127,7 @@ def test_a_stop_cancels_every_launch_and_cleans_up(tmp_path: Path, attrs_fixture
         cancel=release, deadline_s=60))  # fmt: skip
     with store:
         row = check_load(store, result.load_id, complete=False)
-        assert store.count("runs") == 0
+        assert store.runs.count() == 0
     assert isinstance(result.interrupted, KeyboardInterrupt)
     assert result.abandoned == 0 and result.records == []
     assert row["rollouts"] == 0 and row["n"] == 6
@@ -142,15 +142,15 @@ def test_rtax_burst_stores_one_load_record(tmp_path: Path, capsys) -> None:
     assert "burst of 6 on local T0" in out and "peak concurrency" in out
     assert "dispatch lag p50" in out and "harness CPU" in out
     with Store(db) as store:
-        (load_id,) = store.load_runs()["load_id"]
+        (load_id,) = store.loads.read()["load_id"]
         row = check_load(store, load_id)
-        assert store.count("runs") == 6
+        assert store.runs.count() == 6
     assert json.loads(row["failures"]) == {}
     assert cli.main(["burst", "--substrate", "local", "--shape", "sequential", "-n", "2",
                      "--db", str(db), "--quiet"]) == 0  # fmt: skip
     assert capsys.readouterr().out == ""
     with Store(db) as store:
-        assert store.load_runs()["shape"].tolist() == ["burst", "sequential"]
+        assert store.loads.read()["shape"].tolist() == ["burst", "sequential"]
 
 
 def test_the_callers_own_cancel_ends_the_run_as_a_stop_does(tmp_path: Path, local) -> None:

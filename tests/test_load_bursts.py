@@ -51,7 +51,7 @@ def test_a_burst_of_20_on_docker(docker_api, runner_image: str, bursts_db: Path)
     assert problems == []
     with Store(db) as store:
         row = check_load(store, done.load_id)
-        assert len(store.runs(substrate="docker")) == 20
+        assert len(store.runs.read(substrate="docker")) == 20
     assert row["fidelity"] == "real" and row["kind"] == "docker"
     assert row["ready"] == 20 and row["time_to_all_ready_s"] >= row["time_to_first_ready_s"]
     assert row["concurrency"] > 1  # the engine saw them overlap, whatever it made of them
@@ -107,8 +107,8 @@ def test_the_capacity_page_shows_both_bursts_envelopes(bursts_db: Path) -> None:
     if not bursts_db.exists():
         pytest.fail("the two bursts above did not run (run the whole module)")
     with Store(bursts_db, create=False) as store:
-        loads = store.load_runs()
-        points = envelope.points(loads, store.load_rollouts(list(loads["load_id"])))
+        loads = store.loads.read()
+        points = envelope.points(loads, store.loads.rollouts(list(loads["load_id"])))
         fitted = capacity.labelled(envelope.fit(points))
     assert len(fitted) == 2, fitted
     with chromium() as browser, dashboard({"RTAX_DB": str(bursts_db)}) as url:
@@ -151,6 +151,6 @@ def test_ctrl_c_in_a_docker_burst_leaves_nothing(docker_api, runner_image: str, 
     assert "interrupted: load" in err and "still busy" not in err
     assert _ours(docker_api, proc.pid) == []  # every container it made is gone
     with Store(db) as store:
-        (load_id,) = store.load_runs()["load_id"]
+        (load_id,) = store.loads.read()["load_id"]
         row = check_load(store, load_id, complete=False)
     assert row["rollouts"] < 15

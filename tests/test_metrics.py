@@ -145,7 +145,7 @@ def test_a_failing_listener_never_spools_a_stored_record(tmp_path: Path) -> None
     scheduler.save(make_record("only"))
     assert not scheduler.spool.exists()
     with Store(conf.database) as store:
-        assert store.count("runs") == 1
+        assert store.runs.count() == 1
 
 
 def test_serve_on_a_free_port_then_stop(tmp_path: Path) -> None:

@@ -430,7 +430,7 @@ def test_cli_probe_claims_from_a_configured_pool_and_leaves_nothing(
     assert done.returncode == 0, done.stderr
     assert "claim" in done.stdout and "create" not in done.stdout  # the summary's phases
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["launch_type"]) == ["warm"] * 3 and list(runs["status"]) == ["ok"] * 3
     assert runs["create_s"].isna().all() and (runs["claim_s"] > 0).all()
     assert (runs["time_to_first_command_s"] == runs["claim_s"]).all()

@@ -182,7 +182,7 @@ def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: S
 def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
     def stored() -> Any:
         with Store(scheduler.config.database, create=False) as store:
-            runs = store.runs()
+            runs = store.runs.read()
         new = runs[runs["run_id"] != "earlier"]
         return runs if len(new) == 2 * ROLLOUTS else None  # (a frame has no truth value)
 

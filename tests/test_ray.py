@@ -91,7 +91,7 @@ def _runs(db: Path) -> pd.DataFrame:
     if not db.is_file():
         return pd.DataFrame(columns=["run_id"])
     with Store(db, create=False) as store:
-        return store.runs()
+        return store.runs.read()
 
 
 def _containers(docker_api, run_ids: set[str]) -> list[str]:

@@ -246,8 +246,8 @@ def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
 def test_the_export_is_in_field_order(tmp_path: Path) -> None:
     with Store(tmp_path / "x.db") as store:
         store.save_rollout(make_record("r1"))
-        store.export_csv("runs", tmp_path / "runs.csv")
-        store.export_csv("actions", tmp_path / "actions.csv")
+        store.runs.export_csv("runs", tmp_path / "runs.csv")
+        store.runs.export_csv("actions", tmp_path / "actions.csv")
     assert list(pd.read_csv(tmp_path / "runs.csv").columns) == list(RUN_COLUMNS)
     context = [name for _, name in record.ACTION_CONTEXT]
     assert list(pd.read_csv(tmp_path / "actions.csv").columns) == [*ACTION_COLUMNS, *context]

@@ -142,7 +142,7 @@ def test_rows_and_csv_exports_are_scrubbed(tmp_path: Path) -> None:
         assert made.actions[0]["detail"] == "exit code 3: TOKEN=***"
         store.save_rollout(made)
         for table in ("runs", "actions"):
-            store.export_csv(table, tmp_path / f"{table}.csv")
+            store.runs.export_csv(table, tmp_path / f"{table}.csv")
     text = (tmp_path / "runs.csv").read_text() + (tmp_path / "actions.csv").read_text()
     assert text.count("saw ***") == 2 and "TOKEN=***" in text
     assert early not in text and late not in text

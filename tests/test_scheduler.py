@@ -46,7 +46,7 @@ def _runs(db: Path) -> pd.DataFrame:
     if not db.exists():
         return pd.DataFrame(columns=["substrate", "status"])
     with Store(db, create=False) as store:
-        return store.runs()
+        return store.runs.read()
 
 
 class _Hang(LocalSubstrate):
@@ -505,7 +505,7 @@ samples = 1
         receiver.hold.set()
         wait_for(lambda: receiver.bodies, 30, "the alert delivered")
         with Store(conf.database, create=False) as store:
-            (incident,) = store.incidents().to_dict("records")
+            (incident,) = store.incidents.read().to_dict("records")
         assert incident["state"] == "open" and incident["rule"] == "slow"
         passes = len(_runs(conf.database))
         wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")

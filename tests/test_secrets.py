@@ -333,7 +333,7 @@ def test_planted_secret_is_nowhere(
             store.save_rollout(record)
         exports = []
         for table in ("runs", "actions"):
-            store.export_csv(table, tmp_path / f"{table}.csv")
+            store.runs.export_csv(table, tmp_path / f"{table}.csv")
             exports.append((tmp_path / f"{table}.csv").read_text())
         during = _files(db)
     out, err = capfd.readouterr()

@@ -152,7 +152,7 @@ def test_replay_writes_each_record_once_and_never_a_cut_short_one(db: Path) -> N
     with Store(db) as store:
         store.save_rollout(make_record("r2"))  # written before a crash removed the file
         assert spool.replay(store) == 1
-        actions = store.actions(run_id="r1")
+        actions = store.runs.actions(run_id="r1")
     assert run_ids(db) == ["r1", "r2"]
     assert len(actions) == len(make_record("r1").actions)
     assert spool.spooled() == 0

@@ -135,7 +135,7 @@ def test_a_card_carries_the_days_figures_from_the_store(tmp_path: Path) -> None:
         )  # fmt: skip
         key = Series.of({"substrate": "docker", "tier": "T0", "steps": 0, "mode": "exec",
                          "fidelity": "real"}).key  # fmt: skip
-        store.add_incident({"series": key, "substrate": "docker", "tier": "T0", "steps": 0,
+        store.incidents.add({"series": key, "substrate": "docker", "tier": "T0", "steps": 0,
                             "mode": "exec", "fidelity": "real", "metric": "time_to_first_command",
                             "rule": "ttfc-change", "detector": "binseg", "start": now.isoformat(),
                             "opened_at": now.isoformat(), "alert_open": "off"})  # fmt: skip

@@ -29,7 +29,7 @@ def test_a_stop_flag_ends_the_batch_and_stores_nothing_half_done(tmp_path: Path)
     assert isinstance(done.interrupted, KeyboardInterrupt)
     assert done.records == []
     with Store(tmp_path / "x.db") as store:
-        assert store.count("runs") == 0
+        assert store.runs.count() == 0
 
 
 class _SignalsInFinalizer:

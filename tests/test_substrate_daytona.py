@@ -85,7 +85,7 @@ class TestDaytonaSessionContract(SubstrateContract):
 def _kept(store: Store, record) -> dict:
     """Save the record and read its run row back: failures are kept, classified."""
     store.save_rollout(record)
-    runs = store.runs()
+    runs = store.runs.read()
     assert len(runs) == 1
     return runs.iloc[0].to_dict()
 
@@ -376,10 +376,10 @@ def test_api_key_never_reaches_the_store_or_describe(
                 run_rollout(sub, workloads.build("T0")),
             ):
                 store.save_rollout(record)
-            assert sorted(store.runs()["status"]) == ["failed", "ok"]
-            assert "***" in str(store.runs(status="failed")["error_message"].iloc[0])
+            assert sorted(store.runs.read()["status"]) == ["failed", "ok"]
+            assert "***" in str(store.runs.read(status="failed")["error_message"].iloc[0])
             for table in ("runs", "actions"):
-                store.export_csv(table, tmp_path / f"{table}.csv")
+                store.runs.export_csv(table, tmp_path / f"{table}.csv")
                 assert key not in (tmp_path / f"{table}.csv").read_text()
         assert key.encode() not in db_path.read_bytes()
     finally:

@@ -210,7 +210,7 @@ def test_milestones_and_provenance(
     record = run_rollout(docker_exec, workloads.build("T0"))
     assert record.ok, record.run
     store.save_rollout(record)
-    run = store.runs().iloc[0]
+    run = store.runs.read().iloc[0]
     names = [m["name"] for m in json.loads(run["milestones"])]
     assert names == ["created", "started", "running", "first_command", "removed"]
     provenance = json.loads(run["provenance"])
@@ -373,7 +373,7 @@ def test_container_killed_mid_trajectory(
     assert record.run["cleanup_ok"] == 1
     assert_phases_add_up(record)
     store.save_rollout(record)  # the row is kept, with the actions that did run
-    kept = store.runs(status="failed")
+    kept = store.runs.read(status="failed")
     assert list(kept["error_class"]) == ["environment_lost"]
     assert 0 < record.run["n_actions_done"] < 10
     assert [c for c in sub.inner.leftovers() if c.run_id == record.run["run_id"]] == []
@@ -488,7 +488,7 @@ def test_cli_probe_docker_then_nothing_left(runner_image: str, tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["status"]) == ["ok", "ok"] and set(runs["mode"]) == {"session"}
     assert (
         runs[["create_s", "orchestration_s", "ready_s", "setup_s", "actions_s", "cleanup_s"]]

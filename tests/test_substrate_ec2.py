@@ -117,7 +117,7 @@ def _saved(store: Store, record: Any) -> Any:
         total = sum(p for p in phases if p is not None) + record.run["overhead_s"]
         assert total == pytest.approx(record.run["wall_s"], abs=1e-9)
     store.save_rollout(record)
-    rows = store.runs()
+    rows = store.runs.read()
     assert len(rows) == 1
     return rows.iloc[0]
 

@@ -78,7 +78,7 @@ def _stored(store: Store, record) -> dict:
     if record.run["actions_s"] is not None:
         assert_phases_add_up(record)
     store.save_rollout(record)
-    runs = store.runs()
+    runs = store.runs.read()
     row = runs[runs["run_id"] == record.run["run_id"]].iloc[0]
     return row.to_dict()
 
@@ -526,7 +526,8 @@ def test_token_is_sent_and_never_recorded(
         for record in (ok, refused):
             store.save_rollout(record)
         dumped = json.dumps(
-            [store.runs().to_dict("records"), store.actions().to_dict("records")], default=str
+            [store.runs.read().to_dict("records"), store.runs.actions().to_dict("records")],
+            default=str,
         )
         assert secret not in dumped and secret not in json.dumps(sub.describe())
 

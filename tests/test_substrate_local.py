@@ -138,7 +138,7 @@ def test_same_seed_same_trajectory_end_to_end(
         assert record.ok, record.run
         store.save_rollout(record)
         runs.append(record.run["run_id"])
-    commands = [list(store.actions(run_id=r, phase="action")["command"]) for r in runs]
+    commands = [list(store.runs.actions(run_id=r, phase="action")["command"]) for r in runs]
     assert commands[0] == commands[1]
     assert commands[0] != commands[2]
 
@@ -187,8 +187,8 @@ def _wait_for_runs(db: Path, n: int, proc: subprocess.Popen, timeout_s: float) -
 def _complete(db: Path) -> None:
     """Every stored run has exactly the action rows it says it ran: no partial rollouts."""
     with Store(db, create=False) as store:
-        runs = store.runs()
-        actions = store.actions(phase="action")
+        runs = store.runs.read()
+        actions = store.runs.actions(phase="action")
     assert len(runs) >= 1
     for run in runs.itertuples():
         assert (actions["run_id"] == run.run_id).sum() == run.n_actions_done == run.n_actions

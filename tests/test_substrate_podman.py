@@ -145,7 +145,7 @@ def test_cli_probe_t2_then_nothing_left(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["status"]) == ["ok"] and list(runs["substrate"]) == ["podman"]
     assert list(runs["fidelity"]) == ["real"]
     assert [lo for lo in podman.leftovers() if lo.run_id in set(runs["run_id"])] == []

@@ -152,8 +152,8 @@ def test_every_run_records_its_toolchain(local: LocalSubstrate, store: Store) ->
     provenance = json.loads(record.run["provenance"])
     fp = provenance["substrate"]["toolchain"]
     assert fp["distributions"] == toolchain.load().expected()
-    assert store.runs()["toolchain"].tolist() == [toolchain.digest(fp)]
-    assert store.floor_toolchain() == toolchain.digest(fp)
+    assert store.runs.read()["toolchain"].tolist() == [toolchain.digest(fp)]
+    assert store.runs.floor_toolchain() == toolchain.digest(fp)
 
 
 def test_the_install_script_makes_a_venv_of_exactly_the_wheels(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def figures(
     cpu_s: float,
     end: float | None = None,
 ) -> dict[str, Any]:
-    """The load run's measured columns (`rtax.store.migrations.LOAD_RUN_COLUMNS`'s figures) from
+    """The load run's measured columns (`rtax.store.schema.LOAD_RUN_COLUMNS`'s figures) from
     its launches. `planned`: the rollouts the plan asked for; `cpu_s`: the harness's own CPU
     time over the run; `end`: when the run ended (default: the last rollout's end)."""
     recorded = [(launch, launch.run) for launch in launches if launch.run is not None]

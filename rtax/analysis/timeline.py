@@ -243,8 +243,9 @@ def _quantiles(values: np.ndarray, n: int) -> dict[str, Any]:
     return {"n": n, "p50": float(p50), "p95": float(p95)}
 
 
-#: The incidents table below the chart.
-INCIDENT_COLUMNS = (
+#: The incidents table below the chart: a view of incident rows (the store's
+#: ``INCIDENT_COLUMNS``), with before and after split by unit, so a column holds one unit.
+INCIDENT_TABLE_COLUMNS = (
     "id", "series", "metric", "state", "start", "end",
     "before_p50_s", "after_p50_s", "before_rate", "after_rate", "magnitude", "detail",
 )  # fmt: skip
@@ -255,7 +256,7 @@ def incident_table(spans_shown: list[dict[str, Any]], incidents: pd.DataFrame) -
     incident rows: in seconds for a latency metric, as a share for the success rate (two
     columns each, so a column holds one unit); `end` blank while open."""
     if not spans_shown:
-        return pd.DataFrame(columns=list(INCIDENT_COLUMNS))
+        return pd.DataFrame(columns=list(INCIDENT_TABLE_COLUMNS))
     details = incidents.set_index("id")
     rows = []
     for span in spans_shown:
@@ -274,5 +275,5 @@ def incident_table(spans_shown: list[dict[str, Any]], incidents: pd.DataFrame) -
                 "detail": found.get("detail"),
             }
         )
-    frame = pd.DataFrame(rows, columns=list(INCIDENT_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(INCIDENT_TABLE_COLUMNS))
     return frame.sort_values("id", ascending=False).reset_index(drop=True)

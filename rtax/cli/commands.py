@@ -23,7 +23,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out} is a folder")
     with open_store(args.db, create=False) as store:
         try:
-            n = store.export_csv(args.table, args.out, substrate=args.substrate, tier=args.tier)
+            n = store.runs.export_csv(
+                args.table, args.out, substrate=args.substrate, tier=args.tier
+            )
         except OSError as exc:
             raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
     print(f"wrote {n} {args.table} rows to {args.out}", file=sys.stderr)
@@ -35,7 +37,7 @@ def cmd_incidents(args: argparse.Namespace) -> int:
     from rtax.compose import open_store
 
     with open_store(args.db, create=False) as store:
-        frame = store.incidents(state=None if args.all else "open", limit=args.limit)
+        frame = store.incidents.read(state=None if args.all else "open", limit=args.limit)
     print("\n".join(listing(frame)))
     return 0
 

@@ -19,9 +19,17 @@ import streamlit as st
 from rtax.analysis import stats, status, summaries, timeline
 from rtax.analysis.incidents import stamp
 from rtax.core import paths
-from rtax.core.record import PAGE_COLUMNS, RUN_COLUMNS
 from rtax.core.series import Series
-from rtax.store.database import Store, StoreError
+from rtax.store import (
+    LOAD_ROLLOUT_COLUMNS,
+    LOAD_RUN_COLUMNS,
+    OPTION_COLUMNS,
+    PAGE_COLUMNS,
+    RUN_COLUMNS,
+    SUMMARY_COLUMNS,
+    Store,
+    StoreError,
+)
 
 TTL_S = 10
 
@@ -57,7 +65,7 @@ def spend_today(db: str) -> pd.DataFrame:
         spend = pd.DataFrame(columns=["substrate", "fidelity", "rollouts", "env_minutes"])
     else:
         with store:
-            spend = store.spend(since=budget.day_start().isoformat(timespec="microseconds"))
+            spend = store.runs.spend(since=budget.day_start().isoformat(timespec="microseconds"))
     return budget.spend_table(spend, _configured_substrates())
 
 
@@ -120,8 +128,8 @@ def runs(db: str, key: FilterKey) -> pd.DataFrame:
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=PAGE_COLUMNS, **_query(key))
-        floor = store.floor_toolchain()
+        frame = store.runs.read(columns=PAGE_COLUMNS, **_query(key))
+        floor = store.runs.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
@@ -131,7 +139,7 @@ DISTRIBUTION_ROWS = 5_000
 
 
 def _empty_summary() -> pd.DataFrame:
-    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in summaries.COLUMNS})
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
     return frame.assign(series=[], workload=[], comparable=[])
 
 
@@ -144,8 +152,8 @@ def summary(db: str, key: FilterKey, metrics: tuple[str, ...] | None = None) -> 
     if store is None:
         return _empty_summary()
     with store:
-        rows = store.summaries(metrics=list(metrics) if metrics else None, **_query(key))
-        floor = store.floor_toolchain()
+        rows = store.summaries.read(metrics=list(metrics) if metrics else None, **_query(key))
+        floor = store.runs.floor_toolchain()
     return summaries.label(rows, floor) if not rows.empty else _empty_summary()
 
 
@@ -157,8 +165,8 @@ def newest_runs(db: str, key: FilterKey, limit: int = DISTRIBUTION_ROWS) -> pd.D
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
-        floor = store.floor_toolchain()
+        frame = store.runs.read(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
+        floor = store.runs.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
@@ -169,7 +177,7 @@ def has_rollups(db: str, key: FilterKey) -> bool:
     if store is None:
         return False
     with store:
-        return store.has_rollups(_query(key).get("since"))
+        return store.rollups.any(_query(key).get("since"))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -177,9 +185,9 @@ def options(db: str) -> dict[str, list[Any]]:
     """Values present in the database (raw and folded history), for the filter widgets."""
     store = _open(db)
     if store is None:
-        return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": [], "vantage": []}
+        return {column: [] for column in OPTION_COLUMNS}
     with store:
-        return store.summary_distinct()
+        return store.summaries.distinct()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -201,8 +209,8 @@ def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
         return pd.DataFrame(columns=list(RUN_COLUMNS))
     with store:
         if table == "runs":
-            return store.runs(limit=limit, newest_first=True, **_query(key))
-        return store.actions(limit=limit, newest_first=True, **_query(key))
+            return store.runs.read(limit=limit, newest_first=True, **_query(key))
+        return store.runs.actions(limit=limit, newest_first=True, **_query(key))
 
 
 def csv_of(db: str, key: FilterKey, table: str) -> bytes:
@@ -212,7 +220,7 @@ def csv_of(db: str, key: FilterKey, table: str) -> bytes:
     if store is None:
         return b""
     with store:
-        return "".join(store.csv_chunks(table, **_query(key))).encode()
+        return "".join(store.runs.csv_chunks(table, **_query(key))).encode()
 
 
 def frame_csv(frame: pd.DataFrame) -> bytes:
@@ -250,7 +258,9 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
     filters = {k: v for k, v in _query(key).items() if k != "since"}
     series = list(status.SERIES)
     with store:
-        week = store.summaries(metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters)
+        week = store.summaries.read(
+            metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters
+        )
         if week.empty:
             return []
         seen = (
@@ -259,7 +269,7 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             .max()
             .rename(columns={"last_started_at": "last"})
         )
-        day_rows = store.summaries(
+        day_rows = store.summaries.read(
             metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
         )
         day = summaries.combine(day_rows, [*series, "metric"])
@@ -267,13 +277,13 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             day["runs"] = day["attempts"]
             day["p50"] = [s.quantile(50) for s in day["sketch"]]
             day["p95"] = [s.quantile(95) for s in day["sketch"]]
-        incidents = store.open_incidents()
+        incidents = store.incidents.open()
 
         def recent(row: Any) -> pd.DataFrame:
             wanted = {c: row[c] for c in series}
             wanted["steps"] = int(row["steps"])
             limit = max(rules.samples, SPARK_POINTS)
-            return store.runs(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
+            return store.runs.read(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
 
         return status.cards(seen, day, recent, incidents, plans, rules, now)
 
@@ -287,7 +297,7 @@ def timeline_span(db: str, key: FilterKey) -> float | None:
         return None
     query = _query(key)
     with store:
-        found = store.summary_span(**query)
+        found = store.summaries.span(**query)
     if found is None:
         return None
     first = datetime.fromisoformat(found[0])
@@ -303,7 +313,7 @@ def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
     if store is None:
         return {}
     with store:
-        found = store.summary_series(**_query(key))
+        found = store.summaries.series(**_query(key))
     records = found.to_dict("records")
     found_series = (Series.of(r) for r in records)
     pairs = sorted(((s.label, s.key) for s in found_series), key=lambda p: p[0])
@@ -326,17 +336,17 @@ def timeline_points(
     with store:
         if bucket in timeline.SUMMARY_BUCKET:
             grain = timeline.SUMMARY_BUCKET[bucket]
-            rows = store.summary_buckets(grain, metrics=[column], since=since, **query)
+            rows = store.summaries.buckets(grain, metrics=[column], since=since, **query)
             return timeline.from_summaries(timeline.keep(rows, series), column, grain)
         cut = stamp(datetime.now(UTC) - timedelta(seconds=timeline.RAW_SPAN_S))
         raw_since = max(since, cut) if since else cut
-        oldest = store.oldest_raw_start()
+        oldest = store.runs.oldest_start()
         raw_from = max(oldest, raw_since) if oldest else None
         columns = [*status.SERIES, "started_at", "status", "error_class", column]
-        runs = store.runs(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
+        runs = store.runs.read(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
         raw = timeline.from_runs(timeline.keep(runs, series), column, timeline.BUCKETS[bucket])
         until = summaries.start_of(raw_from) if raw_from else None
-        hourly_rows = store.summary_buckets(
+        hourly_rows = store.summaries.buckets(
             "hour", metrics=[column], since=since, until=until, **query
         )
         hourly = timeline.from_summaries(timeline.keep(hourly_rows, series), column, "hour")
@@ -350,31 +360,27 @@ def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
     if store is None:
         return pd.DataFrame()
     with store:
-        return store.incidents(limit=limit)
+        return store.incidents.read(limit=limit)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
     """The load runs started in the window, for the filters (docs/load.md), oldest first."""
-    from rtax.store.migrations import LOAD_RUN_COLUMNS
-
     store = _open(db)
     if store is None:
         return pd.DataFrame(columns=list(LOAD_RUN_COLUMNS))
     with store:
-        return store.load_runs(**_query(key))
+        return store.loads.read(**_query(key))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
     """The rollouts of those load runs (the page's columns), in launch order."""
-    from rtax.store.loads import LOAD_ROLLOUT_COLUMNS
-
     store = _open(db) if load_ids else None
     if store is None:
         return pd.DataFrame(columns=list(LOAD_ROLLOUT_COLUMNS))
     with store:
-        return store.load_rollouts(list(load_ids))
+        return store.loads.rollouts(list(load_ids))
 
 
 def capacity_bounds() -> Any:
@@ -399,5 +405,5 @@ def newest_run(db: str) -> str | None:
     if store is None:
         return None
     with store:
-        found = store.summary_span()
+        found = store.summaries.span()
     return found[1] if found else None

@@ -115,7 +115,8 @@ def phase_percentiles(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def milestones(rows: pd.DataFrame) -> pd.DataFrame:
-    """`Store.milestone_means` (with its series and workload labels) from summary rows."""
+    """``store.runs.milestone_means()`` (with its series and workload labels) from summary
+    rows."""
     by = list(DIMENSIONS)
     columns = [*by, "milestone", "mean_t_s", "n", "series", "workload"]
     picked = rows[rows["metric"].str.startswith(summaries.MILESTONE)] if not rows.empty else rows

@@ -410,8 +410,8 @@ def rows_of(database: Path, outcome: tally.Outcome, spool_dir: Path | None = Non
     from rtax.store.database import Store
 
     with Store(database, create=False) as store:
-        runs = store.runs(columns=["run_id", "n_actions_done"])
-        actions = store.actions(phase="action")
+        runs = store.runs.read(columns=["run_id", "n_actions_done"])
+        actions = store.runs.actions(phase="action")
     stored = actions.groupby("run_id").size().to_dict() if not actions.empty else {}
     done = runs["n_actions_done"].fillna(0).astype(int)  # None: a rollout that never started
     outcome.rows = {

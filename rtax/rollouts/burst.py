@@ -143,7 +143,7 @@ def run(
     except Exception as exc:
         raise HarnessError(f"provenance: {type(exc).__name__}: {exc}") from exc
     runner = _Runner(sub, workload, plan, options or RolloutOptions(), provenance)
-    store.begin_load_run(_identity(result.load_id, plan, sub))
+    store.loads.begin(_identity(result.load_id, plan, sub))
     with progress_bar(plan.n, plan.describe(), enabled=progress) as bar:
         runner.run(store, spool, result, bar, stop)
     if spool.pending:
@@ -347,12 +347,12 @@ def _finish(store: Store, load_id: str, runner: _Runner, result: BurstResult) ->
     for attempt, pause in enumerate((0.0, *RETRY_PAUSES_S)):
         time.sleep(pause)
         try:
-            store.finish_load_run(load_id, measured)
+            store.loads.finish(load_id, measured)
             break
         except Exception as exc:  # the database busy past its busy timeout: try again
             if not is_busy(exc) or attempt == len(RETRY_PAUSES_S):
                 raise StoreError(f"cannot finish load run {load_id}: {exc}") from exc
-    return {**store.load_runs(load_id=load_id).iloc[0].to_dict()}
+    return {**store.loads.read(load_id=load_id).iloc[0].to_dict()}
 
 
 def plan_of(load: str | None, config_path: Path | None = None, **flags: Any) -> LoadPlan:

@@ -33,29 +33,15 @@ from typing import Any
 from rtax.analysis.incidents import stamp
 from rtax.analysis.rules import Alerts
 from rtax.core import redaction
-from rtax.store.database import Store
+from rtax.store import INCIDENT_COLUMNS, Store
 
 log = logging.getLogger(__name__)
 
-#: The incident fields an alert carries besides its text.
-FIELDS = (
+#: The incident fields an alert carries besides its text: its id and what the incident says
+#: (`rtax.store.INCIDENT_COLUMNS`), not when it was written nor its alerts' delivery state.
+FIELDS: tuple[str, ...] = (
     "id",
-    "series",
-    "substrate",
-    "tier",
-    "steps",
-    "mode",
-    "fidelity",
-    "metric",
-    "rule",
-    "detector",
-    "state",
-    "start",
-    "end",
-    "before_p50",
-    "after_p50",
-    "magnitude",
-    "detail",
+    *(c for c in INCIDENT_COLUMNS if c != "opened_at" and not c.startswith("alert_")),
 )
 #: The longest the thread waits before looking at the outbox again (new alerts wake it).
 IDLE_S = 30.0
@@ -165,7 +151,7 @@ class Notifier:
             self._wake.clear()
 
     def _until_next(self, store: Store) -> float:
-        due = store.next_alert_at()
+        due = store.incidents.next_alert_at()
         if due is None:
             return IDLE_S
         if due == "":
@@ -176,20 +162,20 @@ class Notifier:
     def deliver_due(self, store: Store) -> int:
         """One pass: post every alert due now; return how many were delivered."""
         delivered = 0
-        for incident in store.due_alerts(stamp(self.now())):
+        for incident in store.incidents.due_alerts(stamp(self.now())):
             if self._stop.is_set():
                 break
             event = incident["event"]
             error = self._post(body(incident, event))
             if error is None:
-                store.alert_sent(incident["id"], event, stamp(self.now()))
+                store.incidents.alert_sent(incident["id"], event, stamp(self.now()))
                 delivered += 1
                 log.info("alert %s sent: incident %s", event, incident["id"])
                 continue
             attempts = int(incident["alert_attempts"]) + 1
             delay = min(self.settings.backoff_s * 2 ** (attempts - 1), self.settings.max_backoff_s)
             next_at = stamp(self.now() + timedelta(seconds=delay))
-            store.alert_failed(incident["id"], attempts, next_at, error)
+            store.incidents.alert_failed(incident["id"], attempts, next_at, error)
             log.warning(
                 "alert %s of incident %s not delivered (attempt %d: %s); retrying in %g s",
                 event,

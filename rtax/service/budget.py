@@ -46,7 +46,7 @@ def forbids(conf: SubstrateConfig, store: Any, *, running: Sequence[float] = ())
     # Only spending at this substrate's own fidelity counts: emulated rollouts under the same
     # name (a demo, `rtax emulate`) cost nothing and must not use up a real budget.
     fidelity = "emulated" if conf.emulate else conf.params.get("fidelity", "real")
-    spend = store.spend(substrate=conf.name, fidelity=fidelity, since=since)
+    spend = store.runs.spend(substrate=conf.name, fidelity=fidelity, since=since)
     rollouts, minutes = spent(spend, conf.name)
     rollouts += len(running)
     minutes += sum(time.monotonic() - t for t in running) / 60
@@ -54,7 +54,7 @@ def forbids(conf: SubstrateConfig, store: Any, *, running: Sequence[float] = ())
 
 
 def spent(spend: pd.DataFrame, name: str) -> tuple[int, float]:
-    """(rollouts, environment-minutes) of substrate `name` in a `Store.spend` frame."""
+    """(rollouts, environment-minutes) of substrate `name` in a ``store.runs.spend()`` frame."""
     rows = spend[spend["substrate"] == name]
     return int(rows["rollouts"].sum()), float(rows["env_minutes"].sum())
 

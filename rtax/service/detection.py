@@ -4,7 +4,8 @@ resolved (docs/alerts.md#incidents).
 Why a pass over a bounded window (docs/alerts.md#detection): the scheduler runs it as a
 periodic job beside probing, so its cost must not grow with history: each series reads its
 newest ``window`` runs through the runs index, and only series probed within `LOOKBACK` are
-looked at. What to decide is `rtax.analysis.incidents`' (pure); this module reads and writes the store.
+looked at. What to decide is `rtax.analysis.incidents`' (pure); this module reads and writes the
+store.
 """
 
 from __future__ import annotations
@@ -27,15 +28,13 @@ LOOKBACK = timedelta(days=7)
 #: The columns that make a series (`rtax.core.series`; the launch type among them: a warm
 #: pool's claims and cold starts are two series, never one change).
 SERIES = DIMENSIONS
-#: The runs columns detection reads.
-COLUMNS = (
-    "run_id",
-    "started_at",
-    *DIMENSIONS,
-    "status",
-    "error_class",
-    "time_to_first_command_s",
-    "episode_s",
+#: The runs columns detection reads: a run's identity and series, its outcome, and the runs
+#: column of each metric it watches (`rtax.analysis.incidents.COLUMNS`).
+COLUMNS: tuple[str, ...] = (
+    *("run_id", "started_at"),
+    *SERIES,
+    *("status", "error_class"),
+    *incidents.COLUMNS.values(),
 )
 
 
@@ -83,11 +82,11 @@ def check(
     `delivering`: whether a webhook will send their alerts (else they are recorded ``off``)."""
     report = Report()
     rules = {r.name: r for r in alerts.rules}
-    for incident in store.open_incidents():
+    for incident in store.incidents.open():
         if incident["rule"] not in rules:  # its rule left the configuration
-            store.resolve_incident(incident["id"], stamp(now), "its rule was removed")
+            store.incidents.resolve(incident["id"], stamp(now), "its rule was removed")
             report.resolved.append(incident["id"])
-    seen = store.series_seen(stamp(now - LOOKBACK))
+    seen = store.runs.series_seen(stamp(now - LOOKBACK))
     for _, row in seen.iterrows():
         try:
             _series(store, row, detection, alerts, now, delivering, report)
@@ -111,9 +110,9 @@ def _series(
     filters = dict(zip(SERIES, (str(v) for v in grouping), strict=True))
     filters["steps"] = int(row["steps"])  # sqlite binds Python ints, not numpy's
     key = Series.of(filters).key
-    runs = store.runs(columns=COLUMNS, limit=detection.window, newest_first=True, **filters)
+    runs = store.runs.read(columns=COLUMNS, limit=detection.window, newest_first=True, **filters)
     runs = runs.iloc[::-1].reset_index(drop=True)
-    open_now = {(i["metric"], i["rule"]): i for i in store.open_incidents(key)}
+    open_now = {(i["metric"], i["rule"]): i for i in store.incidents.open(key)}
     for verdict in incidents.evaluate(runs, alerts.rules, detection, now):
         rule = verdict.rule
         incident = open_now.get((rule.metric, rule.name))
@@ -124,14 +123,14 @@ def _series(
             else:
                 done = verdict.known and verdict.finding is None
             if done:
-                store.resolve_incident(incident["id"], verdict.newest or stamp(now))
+                store.incidents.resolve(incident["id"], verdict.newest or stamp(now))
                 report.resolved.append(incident["id"])
             continue
         found = verdict.finding
-        if found is None or store.incident_started(key, found.metric, found.rule, found.start):
+        if found is None or store.incidents.started(key, found.metric, found.rule, found.start):
             continue
         report.opened.append(
-            store.add_incident(
+            store.incidents.add(
                 {
                     "series": key,
                     **filters,
@@ -162,7 +161,7 @@ def _alert_state(
     series, metric and rule, or off without a webhook."""
     if not delivering:
         return "off"
-    last = store.last_alerted(key, found.metric, found.rule)
+    last = store.incidents.last_alerted(key, found.metric, found.rule)
     if last and (now - datetime.fromisoformat(last)).total_seconds() < alerts.cooldown_s:
         return "suppressed"
     return "pending"

@@ -140,7 +140,7 @@ class Metrics:
         nowhere here), and create its children at zero (so ``rate`` sees their first
         increment); return the rows taken."""
         since = (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="microseconds")
-        rows = store.runs(columns=[*_SEED_COLUMNS], since=since).to_dict("records")
+        rows = store.runs.read(columns=[*_SEED_COLUMNS], since=since).to_dict("records")
         rows = [run for run in rows if isinstance(run.get("plan"), str)]
         for run in rows:
             labels = series(run)

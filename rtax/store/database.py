@@ -1,21 +1,27 @@
-"""The store: every raw sample in one SQLite file. With its migrations (rtax.store.migrations), its
-incidents (rtax.store.incidents) and its load runs (rtax.store.loads), mixins of `Store`, the
-only module that writes SQL.
+"""The store: every raw sample in one SQLite file, and the tables that hold it as objects.
 
 Why SQLite and raw samples (docs/data.md): percentiles must be computed from the samples of the
 window in view; a single file is what an embedded default needs. Beside them the store keeps
-per-series hourly summaries (rtax.analysis.summaries), written in the transaction that saves each run, so
-the dashboard's first paint never scans every sample; raw samples stay the source of truth.
+per-series hourly summaries (rtax.analysis.summaries), written in the transaction that saves each
+run, so the dashboard's first paint never scans every sample; raw samples stay the source of
+truth.
 
-- ``runs``: one row per rollout (phases, status, error class, fidelity, provenance).
-- ``actions``: one row per command of a rollout (ready attempts, setup, actions), linked by run_id.
-- ``incidents``: changes and rule breaches per series, with their alerts (`rtax.store.incidents`).
-- ``load_runs``: one row per sequential, staggered or burst load run (`rtax.store.loads`).
-- WAL mode, so the dashboard reads while the scheduler writes.
-- One transaction per rollout: a 150-action trajectory is written whole or not at all.
-- The columns are `rtax.core.record`'s fields, in their order. The schema version is SQLite's
-  ``user_version``; `rtax.store.migrations` upgrades older files in order, and a file newer than this
-  rtax is refused rather than misread.
+A `Store` is the file's life cycle (open, migrate, transactions, compaction, size) and holds one
+object per table, each with the store's connection and transactions (sqlite-utils' habit:
+``db["runs"]`` is a table its database holds):
+
+- ``store.runs``: one row per rollout and one per command of it (`rtax.store.runs`).
+- ``store.summaries``: per-series hourly and daily summaries (`rtax.store.summaries`).
+- ``store.incidents``: changes and rule breaches per series, with their alerts
+  (`rtax.store.incidents`).
+- ``store.loads``: one row per sequential, staggered or burst load run (`rtax.store.loads`).
+- ``store.rollups``: what retention keeps of folded history (`rtax.store.rollups`).
+
+What spans tables is the store's own: `Store.save_rollout` (a run, its actions and its
+summaries) and `Store.fold_runs` (rollups written, their runs deleted), one transaction each.
+WAL mode, so the dashboard reads while the scheduler writes. The schema version is SQLite's
+``user_version``; `rtax.store.migrations` upgrades older files in order, and a file newer than
+this rtax is refused rather than misread. The columns of every table are `rtax.store.schema`'s.
 """
 
 from __future__ import annotations
@@ -28,28 +34,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import sqlite_utils
 
 from rtax.analysis import summaries
-from rtax.core import redaction
-from rtax.core.record import ACTION_COLUMNS, ACTION_CONTEXT, RUN_COLUMNS, RolloutRecord
-from rtax.core.series import LOCAL_VANTAGE
-from rtax.store.incidents import IncidentStore
-from rtax.store.loads import LoadStore
-from rtax.store.migrations import MIGRATIONS, ROLLUP_COLUMNS, SCHEMA_VERSION
-from rtax.store.sql import RUN_FILTERS as _RUN_FILTERS
+from rtax.core.record import RolloutRecord
+from rtax.store.incidents import Incidents
+from rtax.store.loads import LoadRuns
+from rtax.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from rtax.store.rollups import Rollups
+from rtax.store.runs import Runs
 from rtax.store.sql import StoreError
-from rtax.store.sql import insert as _insert
-from rtax.store.sql import limit as _limit
-from rtax.store.sql import select as _select
-from rtax.store.sql import where as _where
-from rtax.store.summaries import SummaryStore
+from rtax.store.summaries import Summaries
 
 __all__ = ["BUSY_TIMEOUT_S", "Store", "StoreError", "default_busy_timeout_s"]
 
 #: How long a writer waits for another's write lock before "database is locked" (SQLite's busy
-#: timeout). Maintenance (`Store.compact`, `rtax.store.retention`) holds the lock far less than this.
+#: timeout). Maintenance (`Store.compact`, `rtax.store.retention`) holds the lock far less than
+#: this.
 BUSY_TIMEOUT_S = 30.0
 
 
@@ -78,10 +79,15 @@ WAL_LIMIT_BYTES = 64 * 1024 * 1024
 _INCREMENTAL = 2
 
 
-class Store(IncidentStore, SummaryStore, LoadStore):
-    """One SQLite database of rtax samples. Open one per thread (sqlite's rule). Its
-    incidents and alerts are `rtax.store.incidents`'s, its summaries `rtax.store.summaries`'s,
-    its load runs `rtax.store.loads`'s."""
+class Store:
+    """One SQLite database of rtax samples, with its tables (`runs`, `summaries`,
+    `incidents`, `loads`, `rollups`). Open one per thread (sqlite's rule)."""
+
+    runs: Runs
+    summaries: Summaries
+    incidents: Incidents
+    loads: LoadRuns
+    rollups: Rollups
 
     def __init__(
         self,
@@ -102,7 +108,7 @@ class Store(IncidentStore, SummaryStore, LoadStore):
             raise StoreError(
                 f"cannot open database {self.path}: folder {self.path.parent} does not exist"
             )
-        # Autocommit mode: transactions are explicit (`_transaction`), because Python's sqlite3
+        # Autocommit mode: transactions are explicit (`transaction`), because Python's sqlite3
         # opens none before DDL, and a half-applied migration must roll back.
         if self.path.is_dir():
             raise StoreError(f"cannot open database {self.path}: it is a folder")
@@ -118,6 +124,7 @@ class Store(IncidentStore, SummaryStore, LoadStore):
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         try:
             self.db = sqlite_utils.Database(conn)
+            self._tables()
             self.db.execute("PRAGMA query_only = ON" if read_only else "PRAGMA foreign_keys = ON")
             if self.version > SCHEMA_VERSION:
                 raise StoreError(
@@ -144,6 +151,14 @@ class Store(IncidentStore, SummaryStore, LoadStore):
             conn.close()
             raise
 
+    def _tables(self) -> None:
+        """The store's table objects, each with this connection and `transaction`."""
+        self.runs = Runs(self.db, self.transaction)
+        self.summaries = Summaries(self.db, self.transaction, self.runs)
+        self.incidents = Incidents(self.db, self.transaction)
+        self.loads = LoadRuns(self.db, self.transaction)
+        self.rollups = Rollups(self.db, self.transaction)
+
     @property
     def version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
@@ -154,16 +169,21 @@ class Store(IncidentStore, SummaryStore, LoadStore):
         for version, migration in MIGRATIONS:
             if version <= self.version:
                 continue
-            with self._transaction():
+            with self.transaction():
                 migration(self.db)
                 self.db.execute(f"PRAGMA user_version = {int(version)}")
             applied.append(version)
         return applied
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (Ctrl-C included)."""
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (Ctrl-C included). Inside
+        an open transaction it joins that one: a table's write within `save_rollout` or
+        `fold_runs` commits or rolls back with the rest."""
         conn = self.db.conn
+        if conn.in_transaction:
+            yield
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -181,223 +201,28 @@ class Store(IncidentStore, SummaryStore, LoadStore):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- writing -------------------------------------------------------------------------------
+    # -- what spans tables ----------------------------------------------------------------
 
     def save_rollout(self, record: RolloutRecord) -> None:
-        """Write a run and all its actions in one transaction (all or nothing)."""
-        run = {
-            **record.run,
-            "mode": record.run.get("mode") or "exec",
-            # a record made before launch types (a spool line of an older rtax) was cold
-            "launch_type": record.run.get("launch_type") or "cold",
-            "vantage": record.run.get("vantage") or LOCAL_VANTAGE,
-        }
+        """Write a run, all its actions and its summary rows in one transaction (all or
+        nothing)."""
         try:
-            with self._transaction():
-                self.db.conn.execute(
-                    _insert("runs", RUN_COLUMNS), [run.get(c) for c in RUN_COLUMNS]
-                )
-                self.db.conn.executemany(
-                    _insert("actions", ACTION_COLUMNS),
-                    ([row.get(c) for c in ACTION_COLUMNS] for row in record.actions),
-                )
-                self._add_summaries(
+            with self.transaction():
+                run = self.runs.insert(record)
+                self.summaries.merge(
                     summaries.rows_of([run], {run.get("run_id"): len(record.actions)})
                 )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot save run {run.get('run_id')}: {exc}") from exc
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def runs(
-        self,
-        *,
-        columns: Sequence[str] | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        **filters: Any,
-    ) -> pd.DataFrame:
-        """Runs matching the filters (see `_where`), oldest first unless `newest_first`.
-
-        `columns` picks a subset (the dashboard skips the bulky provenance JSON); `limit` caps
-        the rows."""
-        select = _select(columns, RUN_COLUMNS)
-        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-        order = "DESC" if newest_first else "ASC"
-        sql = f"SELECT {select} FROM runs {where} ORDER BY started_at {order}, run_id {order}"
-        return self._frame(sql + _limit(limit, params), params)
-
-    def actions(
-        self,
-        *,
-        phase: str | Sequence[str] | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        **filters: Any,
-    ) -> pd.DataFrame:
-        """Actions of the runs matching the filters, with their run's grouping columns.
-
-        With `limit`, only the newest (or oldest) runs are joined: each run has at least one
-        action row, so `limit` runs always hold `limit` actions, and no sort of the whole
-        actions table is needed."""
-        if phase is not None:
-            filters["_phase"] = phase
-        order = "DESC" if newest_first else "ASC"
-        run_filters = {k: v for k, v in filters.items() if k != "_phase"}
-        runs_where, params = _where(run_filters, prefix="", allowed=_RUN_FILTERS)
-        runs_sql = f"SELECT * FROM runs {runs_where} ORDER BY started_at {order}, run_id {order}"
-        runs_sql += _limit(limit, params)
-        phase_where = ""
-        if "_phase" in filters:
-            phase_where, phase_params = _where(
-                {"_phase": filters["_phase"]}, prefix="", allowed=frozenset({"_phase"})
-            )
-            params.extend(phase_params)
-        sql = (
-            f"SELECT a.*, {_ACTION_CONTEXT} FROM ({runs_sql}) r "
-            f"JOIN actions a ON a.run_id = r.run_id {phase_where} "
-            f"ORDER BY r.started_at {order}, a.run_id {order}, a.seq"
-        )
-        return self._frame(sql + _limit(limit, params), params)
-
-    def count(self, table: str) -> int:
-        if table not in ("runs", "actions"):
-            raise StoreError(f"unknown table {table!r}")
-        return int(self.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-
-    def count_runs(self, **filters: Any) -> int:
-        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-        return int(self.db.execute(f"SELECT count(*) FROM runs {where}", params).fetchone()[0])
-
-    def spend(self, **filters: Any) -> pd.DataFrame:
-        """Per substrate and fidelity: rollouts started and environment-minutes used.
-
-        Why wall time: an environment is billed from the create request until it is deleted,
-        and a run's wall time spans exactly that (create through verified cleanup); a rollout
-        that never got an environment (no wall time) costs nothing. Budgets
-        (docs/configuration.md#budgets) are checked against this, per substrate name, since midnight
-        UTC."""
-        where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-        sql = (
-            "SELECT substrate, fidelity, count(*) AS rollouts, "
-            "coalesce(sum(wall_s), 0) / 60.0 AS env_minutes "
-            f"FROM runs {where} GROUP BY substrate, fidelity ORDER BY substrate, fidelity"
-        )
-        return pd.read_sql_query(sql, self.db.conn, params=params)
-
-    def floor_toolchain(self) -> str | None:
-        """The toolchain digest of the newest successful real `local` run: the floor that
-        other series are comparable to (docs/toolchain.md)."""
-        row = self.db.execute(
-            "SELECT toolchain FROM runs WHERE kind = 'local' AND fidelity = 'real' "
-            "AND status = 'ok' AND toolchain IS NOT NULL ORDER BY started_at DESC LIMIT 1"
-        ).fetchone()
-        return row[0] if row else None
-
-    def count_actions(self, **filters: Any) -> int:
-        where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
-        sql = f"SELECT count(*) FROM actions a JOIN runs r ON r.run_id = a.run_id {where}"
-        return int(self.db.execute(sql, params).fetchone()[0])
-
-    def distinct(self) -> dict[str, list[Any]]:
-        """The values present in the grouping columns of runs (for the dashboard's filters)."""
-        out = {}
-        for column in ("substrate", "tier", "steps", "fidelity", "mode", "vantage"):
-            rows = self.db.execute(f"SELECT DISTINCT [{column}] FROM runs ORDER BY 1").fetchall()
-            out[column] = [r[0] for r in rows if r[0] is not None]
-        return out
-
-    def milestone_means(self, **filters: Any) -> pd.DataFrame:
-        """Mean offset (s from the create or claim request) and n of each native milestone of
-        successful runs, per substrate, mode, fidelity, launch type, vantage, tier and
-        steps."""
-        filters = {**filters, "status": "ok"}
-        where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
-        sql = (
-            "SELECT r.substrate, r.mode, r.fidelity, r.launch_type, r.vantage, r.tier, r.steps, "
-            "json_extract(m.value, '$.name') AS milestone, "
-            "avg(json_extract(m.value, '$.t_s')) AS mean_t_s, count(*) AS n "
-            f"FROM runs r, json_each(r.milestones) m {where} "
-            "GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 8"
-        )
-        return self._frame(sql, params)
-
-    def csv_chunks(self, table: str, chunk_rows: int = 50_000, **filters: Any) -> Iterator[str]:
-        """`table` for the filters as CSV text, chunk by chunk (memory stays bounded)."""
-        for first, frame in self._export_frames(table, chunk_rows, filters):
-            yield frame.to_csv(index=False, header=first)
-
-    def _export_frames(
-        self, table: str, chunk_rows: int, filters: dict[str, Any]
-    ) -> Iterator[tuple[bool, pd.DataFrame]]:
-        """(is the first chunk, rows) of `table` for the filters; at least one, maybe empty,
-        chunk, so that a CSV always has its header."""
-        if table == "runs":
-            where, params = _where(filters, prefix="", allowed=_RUN_FILTERS)
-            sql = f"SELECT * FROM runs {where} ORDER BY started_at, run_id"
-            columns = list(RUN_COLUMNS)
-        elif table == "actions":
-            where, params = _where(filters, prefix="r.", allowed=_RUN_FILTERS)
-            sql = (
-                f"SELECT a.*, {_ACTION_CONTEXT} FROM actions a JOIN runs r ON r.run_id = a.run_id "
-                f"{where} ORDER BY r.started_at, a.run_id, a.seq"
-            )
-            columns = [*ACTION_COLUMNS, *(name for _, name in ACTION_CONTEXT)]
-        else:
-            raise StoreError(f"unknown table {table!r} (choose runs or actions)")
-        first = True
-        for chunk in pd.read_sql_query(sql, self.db.conn, params=params, chunksize=chunk_rows):
-            yield first, chunk
-            first = False
-        if first:
-            yield True, pd.DataFrame(columns=columns)
-
-    # -- retention -----------------------------------------------------------------------------
-
-    def action_latencies(self, run_ids: Sequence[str]) -> pd.DataFrame:
-        """(run_id, latency_s) of the `action` rows of the given runs."""
-        if not run_ids:
-            return pd.DataFrame(columns=["run_id", "latency_s"])
-        marks = ", ".join("?" for _ in run_ids)
-        return self._frame(
-            f"SELECT run_id, latency_s FROM actions WHERE phase = 'action' AND run_id IN ({marks})",
-            list(run_ids),
-        )
-
-    def rollups(
-        self, *, since: str | None = None, until: str | None = None, metric: str | None = None
-    ) -> pd.DataFrame:
-        """Rollup rows whose bucket starts in [since, until), for one metric or all."""
-        clauses, params = [], []
-        for clause, value in (
-            ("bucket_start >= ?", since),
-            ("bucket_start < ?", until),
-            ("metric = ?", metric),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        return self._frame(f"SELECT * FROM rollups {where} ORDER BY bucket_start", params)
-
-    def has_rollups(self, since: str | None = None) -> bool:
-        """Whether any rollup bucket starts at or after `since` (all time if None)."""
-        sql = "SELECT 1 FROM rollups" + (" WHERE bucket_start >= ?" if since else "") + " LIMIT 1"
-        return self.db.execute(sql, [since] if since else []).fetchone() is not None
+            raise StoreError(f"cannot save run {record.run.get('run_id')}: {exc}") from exc
 
     def fold_runs(self, rollups: Sequence[dict[str, Any]], run_ids: Sequence[str]) -> None:
         """In one transaction: write the (already merged) rollup rows, then delete the runs they
         summarize and their actions. Either all of it happens or none."""
-        with self._transaction():
-            self.db.conn.executemany(
-                _insert("rollups", ROLLUP_COLUMNS, "INSERT OR REPLACE"),
-                ([r.get(c) for c in ROLLUP_COLUMNS] for r in rollups),
-            )
-            for start in range(0, len(run_ids), 500):
-                chunk = list(run_ids[start : start + 500])
-                marks = ", ".join("?" for _ in chunk)
-                self.db.conn.execute(f"DELETE FROM actions WHERE run_id IN ({marks})", chunk)
-                self.db.conn.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", chunk)
+        with self.transaction():
+            self.rollups.write(rollups)
+            self.runs.delete(run_ids)
+
+    # -- maintenance ---------------------------------------------------------------------------
 
     def compact(
         self,
@@ -442,39 +267,3 @@ class Store(IncidentStore, SummaryStore, LoadStore):
         """The database file plus its write-ahead log."""
         wal = Path(f"{self.path}-wal")
         return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-
-    def export_csv(self, table: str, out: str | Path, **filters: Any) -> int:
-        """Write `table` (runs or actions) for the filters to a CSV file; return the row count
-        (counted as rows, not lines: commands and messages may hold newlines)."""
-        if table not in ("runs", "actions"):  # before the file is created
-            raise StoreError(f"unknown table {table!r} (choose runs or actions)")
-        rows = 0
-        secrets = redaction.held()  # rows written before a secret was known are scrubbed here
-        with open(out, "w", newline="") as handle:
-            for first, frame in self._export_frames(table, 50_000, filters):
-                handle.write(_scrubbed(frame, secrets).to_csv(index=False, header=first))
-                rows += len(frame)
-        return rows
-
-    def _frame(self, sql: str, params: list[Any]) -> pd.DataFrame:
-        # from_records over fetchall is about 1.5x faster than pd.read_sql_query here, and
-        # the dashboard reads up to 100,000 runs per page.
-        cursor = self.db.conn.execute(sql, params)
-        columns = [d[0] for d in cursor.description]
-        return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
-
-
-def _scrubbed(frame: pd.DataFrame, secrets: list[str]) -> pd.DataFrame:
-    """`frame` with every secret in its text columns replaced (`rtax.core.redaction.MASK`)."""
-    if secrets:
-        for column in frame.select_dtypes(include=["object", "string"]).columns:
-            frame[column] = frame[column].map(
-                lambda v: redaction.scrub(v, secrets) if isinstance(v, str) else v
-            )
-    return frame
-
-
-#: The run's context on every action row read or exported (rtax.core.record.ACTION_CONTEXT).
-_ACTION_CONTEXT = ", ".join(
-    f"r.{column}" if column == name else f"r.{column} AS {name}" for column, name in ACTION_CONTEXT
-)

@@ -1,12 +1,16 @@
 """The store's schema history: one migration per version, applied in order by `rtax.store.database`.
 
-Why the column lists here are literals and not read from `rtax.core.record`: a migration describes
-the past. Version 1 created exactly these columns, whatever the record declares today; deriving
-them would silently change what an old migration does (a new database and an upgraded one
-would then differ). A new field is declared in `rtax.core.record.RUN_FIELDS` (or `ACTION_FIELDS`)
-*and* added here by a new migration; tests/test_record.py checks that the two agree.
+Why the column lists here are literals (their own module, `rtax.store.frozen`, and the
+``CREATE TABLE`` statements below) and not read from `rtax.core.record` or `rtax.store.schema`:
+a migration describes the past. Version 1 created exactly these columns, whatever the record
+declares today; deriving them would silently change what an old migration does (a new database
+and an upgraded one would then differ). A new field is declared in `rtax.core.record.RUN_FIELDS`
+(or `ACTION_FIELDS`, or a list of `rtax.store.schema`) *and* added here by a new migration;
+tests/test_record.py checks that the two agree.
 
 The schema version is SQLite's ``user_version``; each migration runs in its own transaction.
+Summaries are (re)built by `rtax.store.summaries.build`, which reads the table as it is at the
+version being applied.
 """
 
 from __future__ import annotations
@@ -15,96 +19,15 @@ from collections.abc import Callable
 
 import sqlite_utils
 
-#: Frozen: the runs columns version 1 created (rtax.core.record.RUN_FIELDS with since=1).
-V1_RUN_COLUMNS: dict[str, type] = {
-    "run_id": str,
-    "started_at": str,
-    "ended_at": str,
-    "substrate": str,
-    "kind": str,
-    "tier": str,
-    "steps": int,
-    "seed": int,
-    "fidelity": str,
-    "status": str,
-    "error_class": str,
-    "error_message": str,
-    "create_s": float,
-    "orchestration_s": float,
-    "ready_s": float,
-    "setup_s": float,
-    "actions_s": float,
-    "cleanup_s": float,
-    "overhead_s": float,
-    "wall_s": float,
-    "time_to_first_command_s": float,
-    "episode_s": float,
-    "n_actions": int,
-    "n_actions_done": int,
-    "cleanup_ok": int,
-    "milestones": str,
-    "host": str,
-    "rtax_version": str,
-    "endpoint": str,
-    "provenance": str,
-}
-#: Frozen: the actions columns version 1 created.
-V1_ACTION_COLUMNS: dict[str, type] = {
-    "run_id": str,
-    "seq": int,
-    "phase": str,
-    "idx": int,
-    "category": str,
-    "command": str,
-    "exit_code": int,
-    "latency_s": float,
-    "exec_s": float,
-    "t_offset_s": float,
-    "stdout_bytes": int,
-    "stderr_bytes": int,
-    "ok": int,
-    "error_class": str,
-    "detail": str,
-}
-#: Frozen: the per-phase resolution columns version 5 added to runs.
-V5_RESOLUTION_COLUMNS: tuple[str, ...] = (
-    "create_res_s",
-    "orchestration_res_s",
-    "ready_res_s",
-    "setup_res_s",
-    "actions_res_s",
-    "cleanup_res_s",
+from rtax.store.frozen import (
+    V1_ACTION_COLUMNS,
+    V1_RUN_COLUMNS,
+    V4_ROLLUP_COLUMNS,
+    V5_RESOLUTION_COLUMNS,
+    V10_ROLLUP_COLUMNS,
+    V11_VANTAGE,
 )
-#: Frozen: the columns of rollups as `_v4` created them, in order.
-V4_ROLLUP_COLUMNS: tuple[str, ...] = (
-    "substrate",
-    "kind",
-    "mode",
-    "fidelity",
-    "tier",
-    "steps",
-    "bucket",
-    "bucket_start",
-    "metric",
-    "runs",
-    "n",
-    "sum",
-    "min",
-    "max",
-    "sketch",
-    "errors",
-)
-#: Frozen: the columns of rollups as `_v10` rebuilt them (the launch type added), in order.
-V10_ROLLUP_COLUMNS: tuple[str, ...] = (*V4_ROLLUP_COLUMNS, "launch_type")
-#: The columns of rollups today (`_v11` added vantage), in order.
-ROLLUP_COLUMNS: tuple[str, ...] = (
-    *V4_ROLLUP_COLUMNS[:4],
-    "vantage",
-    *V4_ROLLUP_COLUMNS[4:],
-    "launch_type",
-)
-#: Frozen: the vantage `_v11` gives every run, rollup and summary made before it.
-V11_VANTAGE = "local"
+from rtax.store.summaries import build as build_summaries
 
 
 def _v1(db: sqlite_utils.Database) -> None:
@@ -159,35 +82,6 @@ def _v6(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE [runs] ADD COLUMN [toolchain] TEXT")
 
 
-#: The columns of incidents (created by `_v7`), in order, without its integer key `id`.
-INCIDENT_COLUMNS: tuple[str, ...] = (
-    "series",
-    "substrate",
-    "tier",
-    "steps",
-    "mode",
-    "fidelity",
-    "metric",
-    "rule",
-    "detector",
-    "state",
-    "start",
-    "end",
-    "opened_at",
-    "before_p50",
-    "after_p50",
-    "magnitude",
-    "detail",
-    "alert_open",
-    "alert_resolved",
-    "alert_attempts",
-    "alert_next_at",
-    "alert_error",
-    "alert_open_sent_at",
-    "alert_resolved_sent_at",
-)
-
-
 def _v7(db: sqlite_utils.Database) -> None:
     """Incidents (docs/alerts.md#incidents): a detected change or a rule breach of one series
     and metric, open until the series returns, with the delivery state of its two alerts
@@ -209,9 +103,9 @@ def _v7(db: sqlite_utils.Database) -> None:
 
 
 def _v8(db: sqlite_utils.Database) -> None:
-    """Per-series hourly summaries (rtax.analysis.summaries, docs/data.md#summaries), built here from the
-    raw runs and the rollups the file already holds, so an upgraded file pages as fast as a new
-    one."""
+    """Per-series hourly summaries (rtax.analysis.summaries, docs/data.md#summaries), built here
+    from the raw runs and the rollups the file already holds, so an upgraded file pages as fast
+    as a new one."""
     db.execute(
         "CREATE TABLE [summaries] ([substrate] TEXT NOT NULL, [kind] TEXT, [mode] TEXT NOT NULL, "
         "[fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, [steps] INTEGER NOT NULL, "
@@ -228,105 +122,6 @@ def _v8(db: sqlite_utils.Database) -> None:
     # The floor's toolchain (the newest successful real local run) without a scan of runs.
     db["runs"].create_index(["kind", "fidelity", "status", "started_at"], if_not_exists=True)
     build_summaries(db)
-
-
-def build_summaries(db: sqlite_utils.Database, chunk_runs: int = 20_000) -> int:
-    """(Re)write every summary row from the raw runs (with their action-row counts) and the
-    rollups of folded history; return the number of rows. Used by `_v8` and by
-    `Store.rebuild_summaries` (repair). Folded history keeps what its rollups kept: no
-    toolchain (unknown), milestones, sums of squares, resolution or action-row counts."""
-    from rtax.analysis import summaries
-
-    conn = db.conn
-    # The table as it is at this version (`_v8` builds before `_v11` added vantage, whose rows
-    # are then all `local`, as their runs are).
-    present = {c.name for c in db["summaries"].columns}
-    conn.execute("DELETE FROM summaries")
-    action_rows = dict(conn.execute("SELECT run_id, count(*) FROM actions GROUP BY run_id"))
-    merged: dict[tuple, dict] = {}
-
-    def add(rows: list[dict]) -> None:
-        for row in rows:
-            key = tuple(row[k] for k in (*summaries.KEY, "metric") if k != "kind" and k in present)
-            old = merged.get(key)
-            merged[key] = summaries.merge_row(old, row) if old else row
-
-    # A run with no start time (only hand-made rows lack one) falls in no bucket, as it falls
-    # in no time window of the raw rows either.
-    cursor = conn.execute("SELECT * FROM runs WHERE started_at IS NOT NULL ORDER BY started_at")
-    names = [d[0] for d in cursor.description]
-    while chunk := cursor.fetchmany(chunk_runs):
-        add(summaries.rows_of((dict(zip(names, r, strict=True)) for r in chunk), action_rows))
-    marks = ", ".join("?" for _ in summaries.RUN_METRICS)
-    cursor = conn.execute(
-        f"SELECT * FROM rollups WHERE metric IN ({marks})", list(summaries.RUN_METRICS)
-    )
-    names = [d[0] for d in cursor.description]
-    rolled = []
-    for values in cursor.fetchall():
-        r = dict(zip(names, values, strict=True))
-        for bucket in summaries.BUCKETS:  # a day's rollup lands at its day's start in both
-            start = r["bucket_start"] if bucket == r["bucket"] else None
-            rolled.append(
-                {
-                    **{k: r[k] for k in ("substrate", "kind", "mode", "fidelity", "tier")},
-                    "launch_type": r.get("launch_type") or "cold",  # before v10: all cold
-                    "vantage": r.get("vantage") or V11_VANTAGE,
-                    "steps": r["steps"],
-                    "toolchain": "",
-                    "bucket": bucket,
-                    "bucket_start": start or summaries.start_of(r["bucket_start"], "day"),
-                    "metric": r["metric"],
-                    **{k: r[k] for k in ("runs", "n", "sum", "min", "max", "sketch", "errors")},
-                    "sumsq": None,
-                    "res_max": None,
-                    "last_started_at": r["bucket_start"],
-                }
-            )
-    add(rolled)
-    columns = [c for c in summaries.COLUMNS if c in present]
-    conn.executemany(
-        f"INSERT INTO summaries ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
-        ([row.get(c) for c in columns] for row in merged.values()),
-    )
-    return len(merged)
-
-
-#: The columns of load_runs (created by `_v9`), in order (docs/load.md#the-record).
-LOAD_RUN_COLUMNS: tuple[str, ...] = (
-    "load_id",
-    "name",
-    "substrate",
-    "kind",
-    "mode",
-    "fidelity",
-    "tier",
-    "steps",
-    "shape",
-    "n",
-    "every_s",
-    "status",
-    "started_at",
-    "ended_at",
-    "rollouts",
-    "ok",
-    "ready",
-    "concurrency",
-    "duration_s",
-    "creates_per_s",
-    "time_to_first_ready_s",
-    "time_to_all_ready_s",
-    "failures",
-    "rate_limit_waits",
-    "rate_limit_wait_s",
-    "harness_cpu_s",
-    "harness_cpu_cores",
-    "host_cpus",
-    "dispatch_lag_p50_s",
-    "dispatch_lag_max_s",
-    "host",
-    "rtax_version",
-)
 
 
 def _v9(db: sqlite_utils.Database) -> None:

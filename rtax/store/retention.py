@@ -4,15 +4,16 @@ Why (docs/configuration.md#retention): a monitor that runs for months must stay 
 users ask "what was the p95 last quarter?". So raw runs and actions past the age are folded,
 per (substrate, mode, fidelity, launch type, vantage, tier, steps, hour or day), into rows that
 keep the number of runs, the successful samples' count, sum, min, max, a quantile sketch
-(`rtax.analysis.sketch`) and the error classes of the failures, for every phase and derived metric and
-for per-action latency; then the raw rows are deleted and the file compacted.
+(`rtax.analysis.sketch`) and the error classes of the failures, for every phase and derived
+metric and for per-action latency; then the raw rows are deleted and the file compacted.
 
 `window` answers a percentile query over any window, whether its samples are raw, rolled up or
 both: raw samples are sketched the same way and merged, and read back with the raw path's
-percentile rule (`rtax.analysis.stats.percentile`, linear interpolation). Tolerance: exact while a group
-holds at most `sketch.EXACT_LIMIT` samples in the window, within `sketch.ALPHA` (1%) relative
-of the raw percentile beyond (positive samples). The mean is exact (sum / n). Rolled-up buckets
-count in a window when their start is inside it, so old windows are aligned to hours (or days).
+percentile rule (`rtax.analysis.stats.percentile`, linear interpolation). Tolerance: exact while
+a group holds at most `sketch.EXACT_LIMIT` samples in the window, within `sketch.ALPHA` (1%)
+relative of the raw percentile beyond (positive samples). The mean is exact (sum / n). Rolled-up
+buckets count in a window when their start is inside it, so old windows are aligned to hours (or
+days).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def fold(
     before = store.size_bytes()
     folded = rows = 0
     while True:
-        runs = store.runs(until=cutoff, limit=batch)
+        runs = store.runs.read(until=cutoff, limit=batch)
         if runs.empty:
             break
         merged = _rollups(store, runs, bucket)
@@ -96,7 +97,7 @@ def _rollups(store: Store, runs: pd.DataFrame, bucket: str) -> list[dict[str, An
     runs = _normalized(runs)
     runs["bucket_start"] = [bucket_start(s, bucket) for s in runs["started_at"]]
     per_run = _action_latencies(store, runs)
-    existing = store.rollups(
+    existing = store.rollups.read(
         since=runs["bucket_start"].min(), until=_after(runs["bucket_start"].max())
     )
     keyed = {
@@ -128,7 +129,7 @@ def _normalized(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _action_latencies(store: Store, runs: pd.DataFrame) -> dict[str, list[float]]:
     """run_id -> its action latencies, for the successful runs of `runs`."""
-    actions = store.action_latencies(list(runs.loc[runs["status"] == "ok", "run_id"]))
+    actions = store.runs.action_latencies(list(runs.loc[runs["status"] == "ok", "run_id"]))
     return actions.groupby("run_id")["latency_s"].apply(list).to_dict()
 
 
@@ -208,7 +209,7 @@ def window(
     acc: dict[tuple, dict[str, Any]] = defaultdict(
         lambda: {"runs": 0, "n": 0, "sum": 0.0, "sketch": Sketch()}
     )
-    runs = store.runs(since=since, until=until) if raw is None else raw.copy()
+    runs = store.runs.read(since=since, until=until) if raw is None else raw.copy()
     if not runs.empty:
         runs = _normalized(runs)
         per_run = _action_latencies(store, runs) if metric == ACTION_METRIC else {}
@@ -219,7 +220,7 @@ def window(
             a["n"] += len(values)
             a["sum"] += sum(values)
             a["sketch"].add_all(values)
-    for row in store.rollups(since=since, until=until, metric=metric).to_dict("records"):
+    for row in store.rollups.read(since=since, until=until, metric=metric).to_dict("records"):
         a = acc[tuple(row[k] for k in GROUP)]
         errors = json.loads(row.get("errors") or "{}")
         harness = sum(errors.get(c, 0) for c in OWN_ERRORS)

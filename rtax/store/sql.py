@@ -1,14 +1,19 @@
-"""The store's SQL text: WHERE, INSERT, SELECT and LIMIT clauses built from checked names.
+"""The store's SQL text: WHERE, INSERT, SELECT and LIMIT clauses built from checked names, and
+`Table`, what every table object of the `Store` shares.
 
-Why a module of its own: `rtax.store.database` and its mixins (`rtax.store.incidents`,
-`rtax.store.summaries`) all build queries from keyword filters; one builder means one rule for
-what a filter means, and every value reaches SQLite as a bound parameter, never as text.
+Why a module of its own: the store's tables (`rtax.store.runs`, `rtax.store.incidents`,
+`rtax.store.summaries`, ...) all build queries from keyword filters; one builder means one rule
+for what a filter means, and every value reaches SQLite as a bound parameter, never as text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from contextlib import AbstractContextManager
 from typing import Any
+
+import pandas as pd
+import sqlite_utils
 
 
 class StoreError(RuntimeError):
@@ -79,3 +84,57 @@ def limit(rows: int | None, params: list[Any]) -> str:
         return ""
     params.append(int(rows))
     return " LIMIT ?"
+
+
+class Table:
+    """One table of a `rtax.store.database.Store` (or a few read together), as an object the
+    store holds (sqlite-utils' habit: ``db["runs"]`` is a `Table` of its `Database`).
+
+    Why the store hands in its connection and its `transaction`: a table never opens a
+    connection of its own, so its writes join the store's transaction when one is open (a
+    rollout's run, actions and summaries are one), and start their own otherwise."""
+
+    def __init__(
+        self,
+        db: sqlite_utils.Database,
+        transaction: Callable[[], AbstractContextManager[None]],
+    ) -> None:
+        self.db = db
+        self.transaction = transaction
+
+    def _frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        # from_records over fetchall is about 1.5x faster than pd.read_sql_query here, and
+        # the dashboard reads up to 100,000 runs per page.
+        cursor = self.db.conn.execute(sql, list(params))
+        try:
+            columns = [d[0] for d in cursor.description]
+            return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
+        finally:
+            cursor.close()
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self.db.conn.execute(sql, list(params))
+        try:
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        """The first row of `sql` (None: no row)."""
+        cursor = self.db.conn.execute(sql, list(params))
+        try:
+            return cursor.fetchone()
+        finally:
+            cursor.close()
+
+
+def marks(values: Sized) -> str:
+    """``?, ?, ...``: one bound parameter per value (an IN list)."""
+    return ", ".join("?" for _ in range(len(values)))
+
+
+def chunks(values: Sequence[Any], size: int = 500) -> Iterator[list[Any]]:
+    """`values` in lists of at most `size` (SQLite's bound-parameter limit stays far away)."""
+    for start in range(0, len(values), size):
+        yield list(values[start : start + size])
