@@ -191,13 +191,19 @@ def sweep(
         for substrate in substrates:
             with contextlib.suppress(Exception):  # releasing, not measuring
                 substrate.close()
+    said(orphans, log)
+    return orphans
+
+
+def said(orphans: Iterable[Orphan], log: logging.Logger, where: str = "") -> None:
+    """One log line per orphan: reaped, or why not (`where`: e.g. " on a Ray node")."""
     for orphan in orphans:
         log.warning(
-            "%s %s leftover %s (run %s): %s",
+            "%s %s leftover %s (run %s)%s: %s",
             "could not reap" if orphan.error else "reaped",
             orphan.substrate,
             orphan.leftover.env_id,
             orphan.leftover.run_id,
+            where,
             orphan.error or orphan.reason,
         )
-    return orphans

@@ -308,15 +308,7 @@ class RayEngine:
                 )
             except Exception as exc:
                 log_to.warning("reaper: node %s: %s: %s", node["host"], type(exc).__name__, exc)
-        for orphan in found:
-            log_to.warning(
-                "%s %s leftover %s (run %s) on a Ray node: %s",
-                "could not reap" if orphan.error else "reaped",
-                orphan.substrate,
-                orphan.leftover.env_id,
-                orphan.leftover.run_id,
-                orphan.error or orphan.reason,
-            )
+        reaper.said(found, log_to, " on a Ray node")
         return found
 
 
