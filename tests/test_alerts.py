@@ -18,8 +18,7 @@ import pytest
 from polling import wait_for
 from rtax.analysis.rules import Alerts, Detection, Rule
 from rtax.core import redaction
-from rtax.service import alerts
-from rtax.service import detection as monitor
+from rtax.service import alerts, detection
 from rtax.store.database import Store
 from tests.factories import make_record
 from webhook import Receiver
@@ -42,13 +41,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _slow(store: Store, i: int, ttfc: float, settings: Alerts) -> monitor.Report:
+def _slow(store: Store, i: int, ttfc: float, settings: Alerts) -> detection.Report:
     """Store rollout `i` (a minute apart) and run a detection pass at its start."""
     start = T0 + timedelta(minutes=i)
     store.save_rollout(
-        make_record(f"r{i}", started_at=monitor.stamp(start), time_to_first_command_s=ttfc)
+        make_record(f"r{i}", started_at=detection.stamp(start), time_to_first_command_s=ttfc)
     )
-    return monitor.check(store, Detection(), settings, start, delivering=True)
+    return detection.check(store, Detection(), settings, start, delivering=True)
 
 
 class Clock:
@@ -185,8 +184,8 @@ def test_secrets_are_scrubbed_from_the_body(
             "metric": "time_to_first_command",
             "rule": "slow",
             "detector": "threshold",
-            "start": monitor.stamp(T0),
-            "opened_at": monitor.stamp(T0),
+            "start": detection.stamp(T0),
+            "opened_at": detection.stamp(T0),
             "detail": f"the API said: bad token {secret}",
             "alert_open": "pending",
         }

@@ -12,7 +12,7 @@ import sqlite_utils
 
 from rtax.analysis.rules import Alerts, Detection, Rule
 from rtax.core.series import Series
-from rtax.service import detection as monitor
+from rtax.service import detection
 from rtax.store import INCIDENT_COLUMNS, Store, migrations
 from tests.factories import make_record
 
@@ -28,7 +28,7 @@ def _probe(store: Store, i: int, ttfc: float = 1.0, *, ok: bool = True, **run) -
     store.save_rollout(
         make_record(
             f"r{i:04d}",
-            started_at=monitor.stamp(start),
+            started_at=detection.stamp(start),
             time_to_first_command_s=ttfc if ok else None,
             episode_s=2.0 if ok else None,
             status="ok" if ok else "failed",
@@ -40,7 +40,7 @@ def _probe(store: Store, i: int, ttfc: float = 1.0, *, ok: bool = True, **run) -
 
 
 def _check(store: Store, now: datetime, alerts: Alerts = ALERTS, delivering: bool = True):
-    return monitor.check(store, DETECTION, alerts, now, delivering=delivering)
+    return detection.check(store, DETECTION, alerts, now, delivering=delivering)
 
 
 def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
@@ -60,7 +60,7 @@ def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
         "ttfc-change",
         "binseg",
     )
-    assert incident["start"] == monitor.stamp(T0 + timedelta(minutes=40))
+    assert incident["start"] == detection.stamp(T0 + timedelta(minutes=40))
     assert incident["before_p50"] == pytest.approx(1.01, abs=0.01)
     assert incident["after_p50"] == pytest.approx(3.01, abs=0.01)
     assert incident["magnitude"] == pytest.approx(3.0, rel=0.02)
@@ -77,7 +77,7 @@ def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
     last = _probe(store, 55, 1.0)
     assert _check(store, last).resolved == [incident["id"]]
     (row,) = store.incidents.read().to_dict("records")
-    assert row["state"] == "resolved" and row["end"] == monitor.stamp(last)
+    assert row["state"] == "resolved" and row["end"] == detection.stamp(last)
     assert row["alert_resolved"] == "pending"
     # Detection still sees the old change in its window: it is not opened again.
     for i in range(60, 65):
@@ -96,7 +96,7 @@ def test_warm_claims_beside_cold_starts_are_two_series_not_a_change(store: Store
             _probe(store, i, 1.0 + 0.01 * (i % 3))
     report = _check(store, T0 + timedelta(minutes=70))
     assert report.opened == [] and store.incidents.open() == []
-    seen = store.runs.series_seen(monitor.stamp(T0))
+    seen = store.runs.series_seen(detection.stamp(T0))
     assert sorted(seen["launch_type"]) == ["cold", "warm"]
     warm = seen[seen["launch_type"] == "warm"].iloc[0]
     assert Series.of(warm).key == "local T0 S=0 exec real warm"
@@ -157,7 +157,7 @@ def test_a_p95_rule_opens_and_resolves_over_its_window(store: Store) -> None:
     assert len(_check(store, last, alerts).opened) == 1
     (incident,) = store.incidents.open()
     assert incident["detector"] == "threshold" and incident["magnitude"] == pytest.approx(2.5)
-    assert incident["start"] == monitor.stamp(T0)
+    assert incident["start"] == detection.stamp(T0)
     for i in range(5, 9):
         last = _probe(store, i, 1.0)
         assert _check(store, last, alerts).resolved == []  # one slow sample still in the window
@@ -172,7 +172,7 @@ def test_staleness_opens_without_probes_and_resolves_at_the_next(store: Store) -
     assert _check(store, last + timedelta(minutes=59), alerts).opened == []
     assert len(_check(store, last + timedelta(minutes=61), alerts).opened) == 1
     (incident,) = store.incidents.open()
-    assert incident["start"] == monitor.stamp(last + timedelta(hours=1))
+    assert incident["start"] == detection.stamp(last + timedelta(hours=1))
     again = _probe(store, 70)
     assert _check(store, again, alerts).resolved == [incident["id"]]
 
@@ -202,7 +202,7 @@ def test_without_a_webhook_incidents_are_recorded_with_alerts_off(store: Store) 
     _check(store, last, Alerts(rules=(rule,)), delivering=False)
     (incident,) = store.incidents.open()
     assert incident["alert_open"] == "off"
-    assert store.incidents.due_alerts(monitor.stamp(last)) == []
+    assert store.incidents.due_alerts(detection.stamp(last)) == []
 
 
 def test_an_incident_whose_rule_is_removed_resolves(store: Store) -> None:
@@ -240,7 +240,7 @@ def test_v6_file_gains_the_incidents_table_and_keeps_its_runs(db_path: Path) -> 
 def test_a_failing_pass_is_logged_and_the_next_one_runs(
     db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """`monitor.run` (the scheduler's job): a database that cannot be opened is a log line,
+    """`detection.run` (the scheduler's job): a database that cannot be opened is a log line,
     never an exception out of the job; the next pass works."""
     import logging
 
@@ -254,9 +254,9 @@ def test_a_failing_pass_is_logged_and_the_next_one_runs(
 
     log = logging.getLogger("test.monitor")
     with caplog.at_level(logging.ERROR, logger="test.monitor"):
-        assert monitor.run(broken, config, None, log) is None
+        assert detection.run(broken, config, None, log) is None
     assert "detection failed" in caplog.text
-    report = monitor.run(lambda: Store(db_path), config, None, log)
+    report = detection.run(lambda: Store(db_path), config, None, log)
     assert report is not None and report.opened == []
 
 

@@ -24,8 +24,7 @@ from rtax.analysis.rules import Alerts, Detection, Rule
 from rtax.core import workloads
 from rtax.emulation.daytona import DaytonaEmulation
 from rtax.rollouts.rollout import run_rollout
-from rtax.service import alerts
-from rtax.service import detection as monitor
+from rtax.service import alerts, detection
 from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from webhook import Receiver
@@ -79,7 +78,7 @@ class Monitor:
             self.ttfc.append(float(record.run["time_to_first_command_s"]))
             with Store(self.db) as store:
                 store.save_rollout(record)
-            report = monitor.run(
+            report = detection.run(
                 lambda: Store(self.db), self.config, self.notifier, logging.getLogger("test")
             )
             assert report is not None

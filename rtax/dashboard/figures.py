@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from rtax.analysis.stats import percentile, successful
 from rtax.core.record import PHASE_COLUMNS
 from rtax.dashboard.format import hours
-from rtax.planning import published as reference
+from rtax.planning import published
 
 ECDF_POINTS = 400
 PHASE_COLORS = {
@@ -179,7 +179,7 @@ def amortization(
             )
         )
     if overlay:
-        for p in reference.TRAJECTORY_POINTS:
+        for p in published.TRAJECTORY_POINTS:
             label = f"published: {p.substrate}"
             time_fig.add_trace(
                 go.Scatter(

@@ -39,9 +39,7 @@ from rtax.compose import Composition, Factory
 from rtax.core import redaction
 from rtax.core.record import RolloutRecord
 from rtax.rollouts import engines
-from rtax.service import alerts
-from rtax.service import detection as monitor
-from rtax.service import prometheus as metrics
+from rtax.service import alerts, detection, prometheus
 from rtax.service.dispatch import TOO_LATE, Dispatcher
 from rtax.service.lock import SchedulerLock
 from rtax.settings import Config, Plan
@@ -82,9 +80,9 @@ class Scheduler:
         #: substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
         #: what it stored, as Prometheus metrics, served at `metrics_url` while it runs
-        self.metrics = metrics.Metrics()
+        self.metrics = prometheus.Metrics()
         self._spool = Spool(config.database, self.compose.store, on_saved=self.metrics.observe)
-        self._endpoint: metrics.Endpoint | None = None
+        self._endpoint: prometheus.Endpoint | None = None
         #: posts incident alerts while it runs (None: no webhook configured)
         self.notifier: alerts.Notifier | None = None
         #: where its rollouts run (`rtax.rollouts.engines`: these threads, or a Ray cluster)
@@ -114,7 +112,7 @@ class Scheduler:
             with self.compose.store() as store:  # create and migrate once, up front
                 self.metrics.seed(store)  # the last probes before this start
                 self._spool.replay(store)  # and write what an earlier run had to spool
-            self._endpoint = metrics.serve(self.metrics, self.config.metrics, log)
+            self._endpoint = prometheus.serve(self.metrics, self.config.metrics, log)
             self.notifier = alerts.start(self.config.database, self.config.alerts)
             self.compose.fixture()  # built once, before any rollout needs it
             self.engine.start()
@@ -160,10 +158,10 @@ class Scheduler:
                 next_run_time=first + timedelta(seconds=60),
             )
             self._scheduler.add_job(
-                self.run_monitor,
+                self.run_detection,
                 IntervalTrigger(seconds=self.config.detection.interval_s),
-                id="monitor",
-                name="monitor",
+                id="detection",
+                name="detection",
                 next_run_time=first + timedelta(seconds=self.config.detection.interval_s),
             )
             self._scheduler.start()
@@ -323,10 +321,10 @@ class Scheduler:
                 report.bytes_after,
             )
 
-    def run_monitor(self) -> monitor.Report | None:
+    def run_detection(self) -> detection.Report | None:
         """One detection pass (`rtax.service.detection.run`): it holds no probe slot, so probing never
         waits for it; a failure is logged and the monitor goes on."""
-        return monitor.run(self.compose.store, self.config, self.notifier, log)
+        return detection.run(self.compose.store, self.config, self.notifier, log)
 
     # -- one plan, one cycle ---------------------------------------------------------------
 
