@@ -1,14 +1,14 @@
 """`make bench`: what dispatching a rollout through Ray adds, beside the local engine, per rollout.
 
 Why side by side (docs/benchmarks.md): the same T0 rollout on the same `local` substrate is
-handed alternately, in interleaved blocks, to the scheduler's two engines (`rtax.rollouts.engines.base`): the
-local one (a thread of this process) and the Ray one (a task on a one-node Ray cluster this
-benchmark starts for itself, small, and stops at the end). For each rollout the dispatch cost is
-the time from `submit` to the finished record in hand, minus the rollout's own wall time (what
-the record measured on its node): everything outside the rollout's own timing, in both engines
-building and describing a fresh substrate (its toolchain fingerprint), and through Ray also
-serializing the spec and the record, Ray's scheduling and the handover back to the one writer.
-Printed: both p50s and the difference. Target: Ray adds at most 5 ms per rollout at p50.
+handed alternately, in interleaved blocks, to the scheduler's two engines
+(`rtax.rollouts.engines.base`): the local one (a thread of this process) and the Ray one (a task on
+a one-node Ray cluster this benchmark starts for itself, small, and stops at the end). For each
+rollout the dispatch cost is the time from `submit` to the finished record in hand, minus the
+rollout's own wall time (what the record measured on its node): everything outside the rollout's own
+timing, in both engines building and describing a fresh substrate (its toolchain fingerprint), and
+through Ray also serializing the spec and the record, Ray's scheduling and the handover back to the
+one writer. Printed: both p50s and the difference. Target: Ray adds at most 5 ms per rollout at p50.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ The definitions (docs/alerts.md#incidents), per series (substrate × tier × ste
 fidelity) and rule:
 
 - ``change_above`` on a latency: the newest change point of the log latency of successful
-  rollouts (`rtax.analysis.changepoint`) is a rise by at least the ratio. On ``success_rate``: the newest
-  change of success (1 per ok rollout, 0 per failure; rtax's own ``harness_error`` left out) is
-  a drop, before / after at least the ratio. It resolves when the series returns: the median
+  rollouts (`rtax.analysis.changepoint`) is a rise by at least the ratio. On ``success_rate``: the
+  newest change of success (1 per ok rollout, 0 per failure; rtax's own ``harness_error`` left out)
+  is a drop, before / after at least the ratio. It resolves when the series returns: the median
   latency (the success rate) of the newest ``recovery_samples`` samples since it began is back
   on the old side of the midpoint (for latency the geometric one, √(before × after)).
 - ``p95_above`` / ``success_below``: over the newest ``samples`` successful rollouts (rollouts),

@@ -10,8 +10,8 @@ here:
 
 Percentiles use linear interpolation between closest ranks (numpy's default, Hyndman & Fan type 7):
 rank h = q/100 x (n - 1), value = x[floor h] + (h - floor h) x (x[floor h + 1] - x[floor h]). It is
-the one percentile rule of rtax: `rtax.analysis.sketch` reads rolled-up history back with `ranks` and `lerp`
-below, so history and fresh data agree on the same samples.
+the one percentile rule of rtax: `rtax.analysis.sketch` reads rolled-up history back with `ranks`
+and `lerp` below, so history and fresh data agree on the same samples.
 """
 
 from __future__ import annotations

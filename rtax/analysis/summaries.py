@@ -6,8 +6,8 @@ vantage, tier, steps, workload toolchain) and UTC hour, one row per metric with 
 page needs: runs, the error classes of the failures (harness errors among them, counted apart),
 and over the
 successful runs' finite samples n, sum (means: totals use the mean), sum of squares (least-squares
-fits), min, max, the coarsest resolution, and a mergeable quantile sketch (`rtax.analysis.sketch`, the
-format of retention's rollups: exact up to `sketch.EXACT_LIMIT` samples, within `sketch.ALPHA`
+fits), min, max, the coarsest resolution, and a mergeable quantile sketch (`rtax.analysis.sketch`,
+the format of retention's rollups: exact up to `sketch.EXACT_LIMIT` samples, within `sketch.ALPHA`
 beyond). The store writes a run's summary rows in the transaction that saves the run, so raw
 samples and summaries never disagree; retention deletes raw rows but never summaries, so raw and
 folded history stay one continuous summary.

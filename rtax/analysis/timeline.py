@@ -2,13 +2,13 @@
 incidents to draw over them.
 
 Why two sources (docs/dashboard.md#timeline): hourly and daily points come from the store's
-summaries (`rtax.analysis.summaries`), which hold raw and folded history alike, so a month-old day reads
-the same as today's. Five-minute points need the raw samples, which retention keeps only for
+summaries (`rtax.analysis.summaries`), which hold raw and folded history alike, so a month-old day
+reads the same as today's. Five-minute points need the raw samples, which retention keeps only for
 ``raw_days``: before the oldest raw run, the five-minute view goes on with the hourly summaries,
 and says so per point (``source``). The hour at the retention edge shows its raw samples only.
 
-Percentiles follow the one definition (linear interpolation; `rtax.analysis.sketch` on summaries, exact
-up to `sketch.EXACT_LIMIT` samples a point); latency counts successful rollouts only, and
+Percentiles follow the one definition (linear interpolation; `rtax.analysis.sketch` on summaries,
+exact up to `sketch.EXACT_LIMIT` samples a point); latency counts successful rollouts only, and
 success counts every rollout but rtax's own failures (``harness_error``, ``engine_error``;
 docs/measurement.md#failures). A series is that of the incidents and the status board
 (`rtax.store.incidents.SERIES_COLUMNS`). This module is pure.

@@ -5,11 +5,11 @@ around *the same* commands. The first round timed the project venv's pytest (wit
 `local` and Debian's older pytest in the runner image, so the floor looked slower than a
 container. Now:
 
-- `rtax/assets/toolchain.txt` pins the interpreter's minor version and every distribution the workloads
-  import, each with its wheel's sha256;
+- `rtax/assets/toolchain.txt` pins the interpreter's minor version and every distribution the
+  workloads import, each with its wheel's sha256;
 - the wheels are downloaded once into the data cache (`download`), verified, and installed by one
-  script (`rtax/assets/images/install-toolchain.sh`) into the runner image's ``/opt/toolchain`` and into
-  the local floor's venv (`ensure_local`), which is made from the system's interpreter of the
+  script (`rtax/assets/images/install-toolchain.sh`) into the runner image's ``/opt/toolchain`` and
+  into the local floor's venv (`ensure_local`), which is made from the system's interpreter of the
   pinned minor version, never from the project's venv;
 - every run records the toolchain it ran with (`fingerprint`: interpreter and installed
   distributions, as seen by the ``python3`` the workloads call); `digest` condenses the part that

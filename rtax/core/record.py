@@ -4,9 +4,9 @@ Why one owner (docs/data.md): the probe runner writes these fields, the store ke
 dashboard, statistics, retention and the CSV export read them. Declared once here (like
 pytest-benchmark's one ``fields`` tuple), a field added to `RUN_FIELDS` appears in every run row
 (`run_row` builds them all, for finished and failed rollouts alike), in the store's column
-lists, in the export and in the reference (``python -m rtax.core.record``). A field needs a migration
-too (rtax.store.migrations, whose column lists are frozen history); a test checks that a freshly
-migrated database holds exactly these fields, in this order.
+lists, in the export and in the reference (``python -m rtax.core.record``). A field needs a
+migration too (rtax.store.migrations, whose column lists are frozen history); a test checks that a
+freshly migrated database holds exactly these fields, in this order.
 
 This module imports nothing of the runner, the store or any substrate: store ← record → probe.
 """

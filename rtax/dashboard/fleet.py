@@ -2,7 +2,8 @@
 
 Why a module (docs/dashboard.md): the page stays thin (widgets and calls); choosing which
 samples feed a model, and laying its answer out as a table with `n`, is tested here without
-Streamlit. The models themselves are `rtax.planning.poolmodel`, `rtax.planning.steptime` and `rtax.planning.pricing`.
+Streamlit. The models themselves are `rtax.planning.poolmodel`, `rtax.planning.steptime` and
+`rtax.planning.pricing`.
 """
 
 from __future__ import annotations

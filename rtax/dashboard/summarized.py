@@ -1,5 +1,5 @@
-"""The pages' tables from per-series summaries (rtax.analysis.summaries): the same columns and rules as
-`rtax.dashboard.tables` computes from raw runs, without reading every run.
+"""The pages' tables from per-series summaries (rtax.analysis.summaries): the same columns and rules
+as `rtax.dashboard.tables` computes from raw runs, without reading every run.
 
 Why a twin and not a replacement: `tables` stays the definition (tests compare the two on the
 same samples); this module answers it from counts, sums and sketches merged over the hours of the

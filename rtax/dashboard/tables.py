@@ -1,8 +1,8 @@
 """The tables the pages show: pure functions of run frames, built on `rtax.analysis.stats`.
 
-Why separate from the pages: the numbers a user reads must be exactly what `rtax.analysis.stats` computes,
-and tests check that by calling these functions on the same data (docs/dashboard.md). Every
-latency table carries `n` and the success rate.
+Why separate from the pages: the numbers a user reads must be exactly what `rtax.analysis.stats`
+computes, and tests check that by calling these functions on the same data (docs/dashboard.md).
+Every latency table carries `n` and the success rate.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ def scenario_hours(scenario: Scenario) -> float:
 
 
 def statistic(values: Sequence[float] | pd.Series, which: str) -> float:
-    """mean, p50 or p95 of the finite values, as `rtax.analysis.stats` computes them; NaN if none."""
+    """mean, p50 or p95 of the finite values, as `rtax.analysis.stats` computes them; NaN if
+    none."""
     if which not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {which!r}")
     return summarize(values, (50, 95))[which]

@@ -322,8 +322,8 @@ class Scheduler:
             )
 
     def run_detection(self) -> detection.Report | None:
-        """One detection pass (`rtax.service.detection.run`): it holds no probe slot, so probing never
-        waits for it; a failure is logged and the monitor goes on."""
+        """One detection pass (`rtax.service.detection.run`): it holds no probe slot, so probing
+        never waits for it; a failure is logged and the monitor goes on."""
         return detection.run(self.compose.store, self.config, self.notifier, log)
 
     # -- one plan, one cycle ---------------------------------------------------------------

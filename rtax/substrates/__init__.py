@@ -2,7 +2,8 @@
 
 Why lazy: `kubernetes`, `boto3` or `daytona` are slow to import and irrelevant to someone who only
 probes `local`; a kind's module is imported the first time that kind is asked for (the fsspec
-habit, docs/adding-a-substrate.md). Adding a substrate touches its own module and one line of `rtax.core.kinds`.
+habit, docs/adding-a-substrate.md). Adding a substrate touches its own module and one line of
+`rtax.core.kinds`.
 """
 
 from __future__ import annotations

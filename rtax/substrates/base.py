@@ -1,8 +1,8 @@
 """The substrate protocol: one environment's life, with one meaning for every kind of substrate.
 
-Why a protocol and nothing more: the probe runner (`rtax.rollouts.rollout`) times each step of this life and
-must never know which substrate it is timing, so that "create" or "ready" means the same thing for
-a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
+Why a protocol and nothing more: the probe runner (`rtax.rollouts.rollout`) times each step of this
+life and must never know which substrate it is timing, so that "create" or "ready" means the same
+thing for a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
 the store and never times its own phases; it only does the work and may mark native milestones.
 What substrates share beyond this contract (labels, leftovers, rate-limit retries, polling,
 command timeouts) is in `rtax.substrates.kit`, so that each kind's file holds only its API.

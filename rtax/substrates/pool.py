@@ -7,7 +7,8 @@ each environment with that substrate's own create, wait_running and first `true`
 (`rtax.substrates.coldstart`), so making one *is* a cold start, kept as such (`WarmPool.made`,
 and the ``pool`` provenance of the run that claims it): the samples a pool model draws from.
 
-The rules (those the pool model, `rtax.planning.poolmodel`, simulates, so it can be checked against this):
+The rules (those the pool model, `rtax.planning.poolmodel`, simulates, so it can be checked against
+this):
 
 - It starts full: `prepare` makes `size` environments and returns once every one is ready.
 - A claim takes the environment ready longest; its slot is refilled in the background by one
@@ -84,8 +85,8 @@ class WarmPool:
     contract suite see the wrapped substrate), plus `claim` (`rtax.substrates.base.Claims`).
     `rollout_lifetime_s`: how long a rollout may use an environment (its deadline and
     cleanup), written with `max_idle_s` into each environment's expiry. The timeouts and the
-    ready interval are the probe runner's (`rtax.rollouts.rollout.RolloutOptions`), so that the pool makes
-    an environment exactly as a cold rollout does."""
+    ready interval are the probe runner's (`rtax.rollouts.rollout.RolloutOptions`), so that the pool
+    makes an environment exactly as a cold rollout does."""
 
     def __init__(
         self,

@@ -5,8 +5,9 @@ go through the phases, conditions, container statuses and events a real node rep
 scheduled, image checked, container created, started -> Running; ``ErrImagePull`` then
 ``ImagePullBackOff`` for an image the Docker engine lacks). The work runs on a thread pool, apart
 from the API server's loop, and changes the pod only through `Etcd`, as a kubelet changes it
-only through the API. Every backing container is one of `rtax.substrates.docker.substrate.DockerSubstrate`
-named ``kubernetes-emulation``, so the reaper can find the orphans of a dead process.
+only through the API. Every backing container is one of
+`rtax.substrates.docker.substrate.DockerSubstrate` named ``kubernetes-emulation``, so the reaper can
+find the orphans of a dead process.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Why an engine apart from the scheduler: what to probe and when (plans, budgets, 
 grace) is the scheduler's; where the probe runs is not. One machine stops being enough when a
 burst saturates its client or a fleet spans regions, and the RL stacks rtax serves already run
 on Ray, so a rollout can run in the scheduler's own threads (`LocalEngine`, the default) or as
-a Ray task on a node of an existing cluster (`rtax.rollouts.engines.ray.RayEngine`). Both take the same
-`RolloutSpec`, plain data chosen before dispatch (the run id included, so a result is stored
+a Ray task on a node of an existing cluster (`rtax.rollouts.engines.ray.RayEngine`). Both take the
+same `RolloutSpec`, plain data chosen before dispatch (the run id included, so a result is stored
 once whatever the engine does), and hand back a future of the finished record, which the one
 writer (the scheduler's spool) stores. `rtax burst` can drive the same engines.
 

@@ -27,8 +27,8 @@ Log = Callable[[str], None]
 
 class LocalEngine:
     """Today's threads: each rollout in a worker thread of the scheduler's process, with the
-    wall-clock backstop of `rtax.rollouts.deadline`. Substrates come from the scheduler's `Composition`
-    (its factory, its emulations, its git servers)."""
+    wall-clock backstop of `rtax.rollouts.deadline`. Substrates come from the scheduler's
+    `Composition` (its factory, its emulations, its git servers)."""
 
     name = "local"
 

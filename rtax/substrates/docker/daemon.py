@@ -8,9 +8,9 @@ thread's short bound cut another's long call, or the reverse. Here a call's boun
 `contextvars.ContextVar` read when the request is sent (`call_timeout`), so it belongs to the
 thread that set it and no client state changes per call.
 
-Why the rest is apart from `rtax.substrates.docker.substrate`: none of it is a rollout's work. A Docker figure
-depends on the runtime as the engine really runs it (runc, or runsc with a platform and a
-network mode) and on the image's workload toolchain, so both go into provenance
+Why the rest is apart from `rtax.substrates.docker.substrate`: none of it is a rollout's work. A
+Docker figure depends on the runtime as the engine really runs it (runc, or runsc with a platform
+and a network mode) and on the image's workload toolchain, so both go into provenance
 (docs/substrates/docker.md); and T2 needs the address at which a container reaches this host.
 Each is asked once and cached, never inside a phase.
 """
