@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from loadcheck import check_load
-from polling import wait_for
+from polling import deadline_s, wait_for
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
 from rtax.emulation.daytona import DaytonaEmulation
@@ -140,9 +140,9 @@ def test_ctrl_c_in_a_docker_burst_leaves_nothing(docker_api, runner_image: str, 
         text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: len(_ours(docker_api, proc.pid)) >= 2, 120, "two containers made")
+        wait_for(lambda: len(_ours(docker_api, proc.pid)) >= 2, "two containers made")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=deadline_s(180))
     finally:
         if proc.poll() is None:
             proc.kill()

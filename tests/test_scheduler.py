@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from polling import wait_for
+from polling import DEADLINE_S, wait_for
 from rtax.service.scheduler import LockHeld, Prober, SchedulerLock
 from rtax.settings import config
 from rtax.settings.config import SubstrateConfig
@@ -107,7 +107,7 @@ interval = "1s"
 def test_short_interval_records_runs_with_lag(tmp_path: Path, prober_of) -> None:
     conf = _config(tmp_path, PLAN_T0)
     prober_of(conf)
-    wait_for(lambda: len(_runs(conf.database)) >= 3, 30, "3 runs")
+    wait_for(lambda: len(_runs(conf.database)) >= 3, "3 runs")
     runs = _runs(conf.database)
     assert set(runs["plan"]) == {"fast"} and (runs["status"] == "ok").all()
     scheduled = pd.to_datetime(runs["scheduled_at"], format="ISO8601")
@@ -141,7 +141,7 @@ interval = "1s"
         after = runs[(runs["substrate"] == "local")]
         return len(stuck) == 1 and len(after) >= 3
 
-    wait_for(cut_and_more, 30, "the hung rollout cut and 3 local runs")
+    wait_for(cut_and_more, "the hung rollout cut and 3 local runs")
     stuck = _runs(conf.database).query("substrate == 'hang'").iloc[0]
     assert (stuck["status"], stuck["error_class"]) == ("failed", "deadline_exceeded")
     assert 1.0 <= stuck["wall_s"] < 5
@@ -161,7 +161,7 @@ def test_a_pooled_substrate_is_filled_at_start_claimed_from_and_emptied_at_stop(
     try:
         (pool,) = prober.compose.pools.values()
         assert pool.counts()["ready"] == 2  # filled before the first plan ran
-        wait_for(lambda: (_runs(conf.database)["substrate"] == "warm").sum() >= 3, 30, "3 warm")
+        wait_for(lambda: (_runs(conf.database)["substrate"] == "warm").sum() >= 3, "3 warm")
     finally:
         prober.stop(wait=True)
     runs = _runs(conf.database)
@@ -184,7 +184,7 @@ def test_a_second_scheduler_refuses(tmp_path: Path, prober_of) -> None:
         [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=DEADLINE_S,
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("rtax schedule: error: another")
@@ -215,16 +215,14 @@ interval = "1h"
             lambda: [
                 lo for lo in docker.leftovers() if lo.owner and lo.owner.endswith(f":{proc.pid}")
             ],
-            120,
             "a rollout container",
         )[0]
         wait_for(
             lambda: "running" in docker.api.inspect_container(victim.env_id)["State"]["Status"],
-            30,
             "the container running",
         )
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=DEADLINE_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -236,12 +234,11 @@ interval = "1h"
     try:
         wait_for(
             lambda: victim.env_id not in [lo.env_id for lo in docker.leftovers()],
-            120,
             "the orphan reaped by the next scheduler",
         )
     finally:
         again.send_signal(signal.SIGTERM)
-        _, err = again.communicate(timeout=120)
+        _, err = again.communicate(timeout=DEADLINE_S)
     assert b"reaped docker leftover" in err
 
 
@@ -270,7 +267,7 @@ interval = "1h"
     extra = '[[substrates]]\nname = "flaky"\nkind = "local"\n'
     conf = _config(tmp_path, plans, extra)  # the factory fails for "flaky" after start-up
     prober_of(conf)
-    wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
+    wait_for(lambda: len(_runs(conf.database)) >= 1, "the failed row")
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
     assert run["fidelity"] == "real"  # a local substrate is real by construction, not by default
@@ -308,7 +305,7 @@ interval = "1s"
                 )
             )
     prober_of(conf)
-    wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, 60, "4 runs")
+    wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, "4 runs")
     today = _runs(conf.database)
     today = today[~today["run_id"].str.startswith("old-")]
     counts = today["substrate"].value_counts()
@@ -371,13 +368,12 @@ def test_sigterm_during_ready_exits_promptly_and_records_nothing(
         # In the ready phase: its environment exists and it has been refused a few times.
         wait_for(
             lambda: attempts.exists() and len(attempts.read_text().split()) >= 3,
-            60,
             "ready attempts",
         )
         assert list(envs.glob("rtax-*")), "the rollout's environment exists while in ready"
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=DEADLINE_S)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
@@ -411,7 +407,7 @@ def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
     prober = Prober(conf, factory=factory, fixture=attrs_fixture)
     prober.start()
     try:
-        wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
+        wait_for(lambda: len(_runs(conf.database)) >= 2, "the T0 and the T2 rows")
     finally:
         prober.stop(wait=True)
     runs = _runs(conf.database)
@@ -497,16 +493,16 @@ samples = 1
 """,
         )
         prober = prober_of(conf)
-        wait_for(lambda: receiver.requests == 1, 30, "the alert posted")
+        wait_for(lambda: receiver.requests == 1, "the alert posted")
         stored = len(_runs(conf.database))
-        wait_for(lambda: len(_runs(conf.database)) >= stored + 2, 30, "rollouts while it hangs")
+        wait_for(lambda: len(_runs(conf.database)) >= stored + 2, "rollouts while it hangs")
         receiver.hold.set()
-        wait_for(lambda: receiver.bodies, 30, "the alert delivered")
+        wait_for(lambda: receiver.bodies, "the alert delivered")
         with Store(conf.database, create=False) as store:
             (incident,) = store.incidents().to_dict("records")
         assert incident["state"] == "open" and incident["rule"] == "slow"
         passes = len(_runs(conf.database))
-        wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")
+        wait_for(lambda: len(_runs(conf.database)) >= passes + 2, "more rollouts")
         assert prober.notifier is not None
         assert len(receiver.bodies) == 1 and receiver.requests == 1
     finally:
