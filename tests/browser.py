@@ -1,6 +1,11 @@
 """The real browser and the real dashboard server for the browser tests: Debian's Chromium
 through Playwright, and `rtax dashboard` (the launcher `make run` uses) on a free port
-(tests/test_browser.py, tests/test_live_monitor.py)."""
+(tests/test_browser.py, tests/test_live_monitor.py, tests/test_load_bursts.py).
+
+Every browser wait has the suite's one deadline (tests/polling.py): a page from `new_page` has it
+as its default timeout for navigation, locators, load states and downloads, and `chromium` sets
+it for `expect(...)` assertions, so a test names no timeout of its own (Playwright's 30 s and
+5 s defaults are what failed on a busy machine)."""
 
 from __future__ import annotations
 
@@ -9,14 +14,14 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from polling import DEADLINE_MS, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -41,16 +46,30 @@ def need(condition: bool, reason: str) -> None:
 
 @contextmanager
 def chromium() -> Iterator[Any]:
-    """A headless Chromium (Playwright's Browser)."""
+    """A headless Chromium (Playwright's Browser); `expect(...)` waits for the deadline."""
     need(Path(CHROMIUM).exists(), "Debian's chromium is not installed")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=DEADLINE_MS)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
             yield b
         finally:
             b.close()
+
+
+@contextmanager
+def new_page(browser: Any, **options: Any) -> Iterator[Any]:
+    """A new page of `browser` (`options` as Browser.new_page takes them) whose every wait has
+    the suite's deadline; closed afterwards."""
+    page = browser.new_page(**options)
+    page.set_default_timeout(DEADLINE_MS)
+    page.set_default_navigation_timeout(DEADLINE_MS)
+    try:
+        yield page
+    finally:
+        page.close()
 
 
 def free_port() -> int:
@@ -74,22 +93,13 @@ def dashboard(env: dict[str, str]) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "streamlit did not answer within 60 s"
-            time.sleep(0.2)  # polling the health endpoint with a deadline
+        serving(f"{url}/_stcore/health", "rtax dashboard", proc, body=b"ok")
         yield url
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # a grace before SIGKILL, not a wait on the test
             proc.kill()
+            proc.wait()
