@@ -247,8 +247,9 @@ def test_the_environment_search_finds_a_secret_in_a_running_local_command(tmp_pa
     root = tmp_path / "local"
     (root / "env-a").mkdir(parents=True)
     (root / "env-b").mkdir()
-    leaky = subprocess.Popen(["sleep", "30"], cwd=root / "env-a", env={"TOKEN": "s3cret-x"})
-    clean = subprocess.Popen(["sleep", "30"], cwd=root / "env-b", env={"PATH": "/usr/bin"})
+    # alive well past the deadline (killed below), so that a slow search still finds them
+    leaky = subprocess.Popen(["sleep", "600"], cwd=root / "env-a", env={"TOKEN": "s3cret-x"})
+    clean = subprocess.Popen(["sleep", "600"], cwd=root / "env-b", env={"PATH": "/usr/bin"})
     try:
         search = EnvironmentSearch(root, None, ["s3cret-x"], threading.Event())  # type: ignore[arg-type]
         # both must have exec'd (a child between fork and exec is skipped as its parent's)

@@ -75,7 +75,7 @@ def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
 
 
 def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
-    marker = "31.4159"  # a sleep argument no other process uses
+    marker = "314.159"  # a sleep argument no other process uses, outliving the deadline
     hang = Workload(
         "T0",
         0,
@@ -96,21 +96,22 @@ def test_destroy_kills_what_a_command_left_behind_and_never_a_reused_group(
     the background processes commands left, in their group or in a session of their own."""
     sub = LocalSubstrate(root=tmp_path / "envs", toolchain=tmp_path)  # no toolchain needed
     env = sub.create("reuse")
-    foreign = subprocess.Popen(["sleep", "27.1828"], start_new_session=True)
+    # the sleeps outlive the deadline (a slow test still finds them running), not much more
+    foreign = subprocess.Popen(["sleep", "271.828"], start_new_session=True)
     try:
         assert sub.run(env, "true", 10).exit_code == 0  # a group that was used and exited
-        left = sub.run(env, "sleep 27.1829 >/dev/null 2>&1 &", 10)
-        escaped = sub.run(env, "setsid sleep 27.1830 >/dev/null 2>&1 &", 10)
+        left = sub.run(env, "sleep 271.829 >/dev/null 2>&1 &", 10)
+        escaped = sub.run(env, "setsid sleep 271.830 >/dev/null 2>&1 &", 10)
         assert left.exit_code == escaped.exit_code == 0
         wait_for(
-            lambda: _alive("sleep 27.1829") and _alive("sleep 27.1830"),
+            lambda: _alive("sleep 271.829") and _alive("sleep 271.830"),
             "the background sleeps to start",
         )
         # as if the kernel had reused an exited command's group id for the foreign process
         env.handle.setdefault("groups", set()).add(os.getpgid(foreign.pid))
         sub.destroy(env, 10)
         assert foreign.poll() is None, "destroy killed a process that is not the environment's"
-        assert not _alive("sleep 27.1829") and not _alive("sleep 27.1830")
+        assert not _alive("sleep 271.829") and not _alive("sleep 271.830")
         assert not Path(env.env_id).exists()
     finally:
         foreign.kill()
