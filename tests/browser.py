@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,8 @@ import pytest
 from polling import DEADLINE_MS, serving
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Where a failed page's screenshot goes (and the tests' own screenshots).
+ARTIFACTS = Path(os.environ.get("RTAX_ARTIFACTS", ROOT / "test-artifacts")) / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LAUNCH_ARGS = [
     "--no-sandbox",
@@ -62,14 +65,33 @@ def chromium() -> Iterator[Any]:
 @contextmanager
 def new_page(browser: Any, **options: Any) -> Iterator[Any]:
     """A new page of `browser` (`options` as Browser.new_page takes them) whose every wait has
-    the suite's deadline; closed afterwards."""
+    the suite's deadline; closed afterwards. If the test fails while it is open, the page's
+    screenshot and text are kept with the failure (what it showed when a wait ran out)."""
     page = browser.new_page(**options)
     page.set_default_timeout(DEADLINE_MS)
     page.set_default_navigation_timeout(DEADLINE_MS)
     try:
         yield page
+    except BaseException as exc:
+        _describe(page, exc)
+        raise
     finally:
         page.close()
+
+
+def _describe(page: Any, exc: BaseException) -> None:
+    try:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / f"failed-{os.getpid()}-{id(page):x}.png"
+        page.screenshot(path=str(shot), full_page=True, timeout=10_000)
+        text = page.inner_text("body", timeout=10_000)
+        exc.add_note(f"the page at {page.url} ({shot}):\n{text[-3000:]}")
+    except Exception as failed:  # the page may be what broke
+        exc.add_note(f"the page at {page.url} could not be described: {failed}")
+
+
+def _tail(path: Path, size: int = 4000) -> str:
+    return path.read_bytes()[-size:].decode(errors="replace")
 
 
 def free_port() -> int:
@@ -85,17 +107,26 @@ def dashboard(env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     full = {**os.environ, **env}
     full.pop("RTAX_DASHBOARD_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtax", "dashboard", "--port", str(port)],
-        cwd=ROOT,
-        env=full,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    # Its output goes to a file, not a pipe nobody reads while it runs (a full pipe would stop
+    # the server mid-write), and comes with a failure.
+    log = Path(tempfile.mkstemp(prefix="rtax-dashboard-", suffix=".log")[1])
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rtax", "dashboard", "--port", str(port)],
+            cwd=ROOT,
+            env=full,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        serving(f"{url}/_stcore/health", "rtax dashboard", proc, body=b"ok")
+        serving(f"{url}/_stcore/health", "rtax dashboard", proc, body=b"ok", log=log)
         yield url
+    except BaseException as exc:
+        exc.add_note(f"rtax dashboard's output ({log}):\n{_tail(log)}")
+        raise
+    else:
+        log.unlink()
     finally:
         proc.terminate()
         try:

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 #: What raises the deadline on a slow machine (seconds).
@@ -109,15 +110,22 @@ def answers(url: str, body: bytes | None = None, timeout_s: float | None = None)
 
 
 def serving(
-    url: str, what: str, proc: subprocess.Popen[Any] | None = None, body: bytes | None = None
+    url: str,
+    what: str,
+    proc: subprocess.Popen[Any] | None = None,
+    body: bytes | None = None,
+    log: Path | None = None,
 ) -> None:
     """Wait until `url` answers (a server's health endpoint), each request bounded by the time
-    left; if `proc` (the server) exits first, fail at once with its output."""
+    left; if `proc` (the server) exits first, fail at once with its output (its stdout pipe,
+    or the end of `log`, the file it writes to)."""
     deadline = time.monotonic() + DEADLINE_S
 
     def up() -> bool:
         if proc is not None and proc.poll() is not None:
             out = proc.stdout.read() if proc.stdout else b""
+            if log is not None:
+                out = log.read_bytes()[-4000:]
             text = out.decode(errors="replace") if isinstance(out, bytes) else out
             raise AssertionError(f"{what} exited ({proc.returncode}) before answering:\n{text}")
         return answers(url, body, timeout_s=max(0.5, deadline - time.monotonic()))
