@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,13 +65,24 @@ def chromium() -> Iterator[Any]:
 def new_page(browser: Any, **options: Any) -> Iterator[Any]:
     """A new page of `browser` (`options` as Browser.new_page takes them) whose every wait has
     the suite's deadline; closed afterwards. If the test fails while it is open, the page's
-    screenshot and text are kept with the failure (what it showed when a wait ran out)."""
+    screenshot, text and failed requests are kept with the failure (what it showed when a
+    wait ran out, and why)."""
     page = browser.new_page(**options)
     page.set_default_timeout(DEADLINE_MS)
     page.set_default_navigation_timeout(DEADLINE_MS)
+    failed: list[str] = []
+    page.on("requestfailed", lambda r: failed.append(f"{r.method} {r.url}: {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"HTTP {r.status} {r.url}"))
     try:
         yield page
     except BaseException as exc:
+        if failed:
+            exc.add_note("failed requests:\n" + "\n".join(failed[-30:]))
+        if any("ERR_NETWORK_CHANGED" in line for line in failed):
+            exc.add_note(
+                "net::ERR_NETWORK_CHANGED: Chromium dropped requests because the host's network "
+                "changed (Docker adding or removing an interface); not the dashboard's failure"
+            )
         _describe(page, exc)
         raise
     finally:
@@ -107,9 +117,10 @@ def dashboard(env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     full = {**os.environ, **env}
     full.pop("RTAX_DASHBOARD_ADDRESS", None)
-    # Its output goes to a file, not a pipe nobody reads while it runs (a full pipe would stop
-    # the server mid-write), and comes with a failure.
-    log = Path(tempfile.mkstemp(prefix="rtax-dashboard-", suffix=".log")[1])
+    # Its output goes to a file among the artifacts, not a pipe nobody reads while it runs (a
+    # full pipe would stop the server mid-write), and comes with a failure.
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = ARTIFACTS / f"dashboard-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rtax", "dashboard", "--port", str(port)],
@@ -125,8 +136,6 @@ def dashboard(env: dict[str, str]) -> Iterator[str]:
     except BaseException as exc:
         exc.add_note(f"rtax dashboard's output ({log}):\n{_tail(log)}")
         raise
-    else:
-        log.unlink()
     finally:
         proc.terminate()
         try:
