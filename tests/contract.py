@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from polling import DEADLINE_S
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
 from rtax.core.record import PHASES, RolloutRecord
@@ -182,7 +183,7 @@ class SubstrateContract:
         reaper's rules read them: docs/adding-a-substrate.md#leftovers)."""
         env = substrate.create("contract-leftover", lifetime_s=600)
         try:
-            substrate.wait_running(env, 60)
+            substrate.wait_running(env, DEADLINE_S)
             found = [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"]
             assert len(found) == 1
             assert found[0].owner and found[0].created_at and found[0].expires_at
@@ -209,7 +210,7 @@ class SubstrateContract:
         (the only thing faked here is that liveness check)."""
         env = substrate.create("contract-planted")
         try:
-            substrate.wait_running(env, 60)
+            substrate.wait_running(env, DEADLINE_S)
             (planted,) = [lo for lo in substrate.leftovers() if lo.run_id == "contract-planted"]
             assert planted.owner == f"{kit.owner_host()}:{os.getpid()}"
             assert (
@@ -227,7 +228,7 @@ class SubstrateContract:
     def test_commands_report_exit_code_and_streams(self, substrate: Substrate) -> None:
         env = substrate.create("contract-streams")
         try:
-            substrate.wait_running(env, 60)
+            substrate.wait_running(env, DEADLINE_S)
             result = substrate.run(env, "echo out; echo err >&2; exit 7", 30)
             assert (result.exit_code, result.stdout, result.stderr) == (7, "out\n", "err\n")
             assert result.latency_s > 0

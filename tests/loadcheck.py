@@ -1,6 +1,7 @@
 """Checks a stored load run against its stored rollouts, each figure computed another way: from
 the run rows' wall-clock timestamps (``started_at``, ``scheduled_at``) and phases, never from
-the runner's own clock or `rtax.analysis.loadrun`. Shared by the in-process, docker and emulated tests."""
+the runner's own clock or `rtax.analysis.loadrun`. Shared by the in-process, docker and emulated
+tests."""
 
 from __future__ import annotations
 

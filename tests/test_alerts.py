@@ -93,22 +93,18 @@ def test_a_receiver_that_is_down_gets_the_alert_when_it_comes_back(
     notifier.start()
     try:
         notifier.wake()
-        wait_for(
-            lambda: store.incidents.open()[0]["alert_attempts"] >= 2, 10, "two refused attempts"
-        )
+        wait_for(lambda: store.incidents.open()[0]["alert_attempts"] >= 2, "two refused attempts")
         (incident,) = store.incidents.open()
         assert incident["alert_open"] == "pending"
         assert "Connection refused" in incident["alert_error"]
         receiver = Receiver(port)
         try:
             receiver.status = 500
-            wait_for(lambda: receiver.requests >= 2, 10, "two 500s")
-            wait_for(
-                lambda: store.incidents.open()[0]["alert_error"] == "HTTP 500", 10, "a 500 kept"
-            )
+            wait_for(lambda: receiver.requests >= 2, "two 500s")
+            wait_for(lambda: store.incidents.open()[0]["alert_error"] == "HTTP 500", "a 500 kept")
             receiver.status = 200
-            wait_for(lambda: receiver.bodies, 10, "the alert delivered")
-            wait_for(lambda: store.incidents.open()[0]["alert_open"] == "sent", 10, "marked sent")
+            wait_for(lambda: receiver.bodies, "the alert delivered")
+            wait_for(lambda: store.incidents.open()[0]["alert_open"] == "sent", "marked sent")
             assert len(receiver.bodies) == 1 and receiver.bodies[0]["event"] == "opened"
         finally:
             receiver.close()
@@ -122,14 +118,14 @@ def test_a_pending_alert_survives_a_restart(store: Store, db_path: Path) -> None
     first = alerts.Notifier(db_path, settings, f"http://127.0.0.1:{port}/hook")
     _slow(store, 0, 5.0, settings)
     first.start()
-    wait_for(lambda: store.incidents.open()[0]["alert_attempts"] >= 1, 10, "a refused attempt")
+    wait_for(lambda: store.incidents.open()[0]["alert_attempts"] >= 1, "a refused attempt")
     first.stop()
     receiver = Receiver(port)
     try:
         second = alerts.Notifier(db_path, settings, receiver.url)
         second.start()  # a new scheduler: it finds the pending alert in the database
         try:
-            wait_for(lambda: receiver.bodies, 10, "the alert delivered after the restart")
+            wait_for(lambda: receiver.bodies, "the alert delivered after the restart")
         finally:
             second.stop()
         assert len(receiver.bodies) == 1
@@ -206,14 +202,14 @@ def test_a_hanging_receiver_never_holds_up_storing_and_detection(
     _slow(store, 0, 5.0, settings)
     notifier.start()
     try:
-        wait_for(lambda: receiver.requests == 1, 10, "the post in flight")
+        wait_for(lambda: receiver.requests == 1, "the post in flight")
         began = time.monotonic()
         for i in range(1, 6):
             _slow(store, i, 1.0, settings)  # rollouts stored, incidents resolved meanwhile
         assert time.monotonic() - began < 2.0
         assert store.runs.count() == 6
         receiver.hold.set()
-        wait_for(lambda: len(receiver.bodies) == 2, 10, "opened, then resolved")
+        wait_for(lambda: len(receiver.bodies) == 2, "opened, then resolved")
         assert [b["event"] for b in receiver.bodies] == ["opened", "resolved"]
     finally:
         notifier.stop()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from polling import DEADLINE_S
 from rtax import cli
 from rtax.assets.attrs import Fixture
 
@@ -241,7 +242,7 @@ def test_no_traceback_reaches_stderr_of_the_process(tmp_path: Path, argv: list[s
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=DEADLINE_S,
         check=False,
     )
     assert proc.returncode == 2, proc.stderr

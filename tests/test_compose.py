@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from polling import DEADLINE_S
 from rtax import emulation
 from rtax.assets.attrs import Fixture
 from rtax.compose import ComposeError, Composition
@@ -135,7 +136,7 @@ def test_an_unknown_or_unbuildable_name_is_one_clear_error(tmp_path: Path) -> No
 
 
 def _answers(url: str) -> bool:
-    done = subprocess.run(["git", "ls-remote", url], capture_output=True, timeout=30)
+    done = subprocess.run(["git", "ls-remote", url], capture_output=True, timeout=DEADLINE_S)
     return done.returncode == 0
 
 

@@ -1,5 +1,6 @@
 """Every dashboard page under Streamlit's AppTest, on an empty and on a seeded database: no
-exception, and the numbers shown are what `rtax.analysis.stats` / `rtax.planning.projection` compute."""
+exception, and the numbers shown are what `rtax.analysis.stats` / `rtax.planning.projection`
+compute."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
+from polling import DEADLINE_S
 from rtax.analysis import stats
 from rtax.dashboard import data, format, tables
 from rtax.planning import projection, published
@@ -81,7 +83,7 @@ def seeded(tmp_path_factory) -> Path:
 def _app(db: Path, monkeypatch: pytest.MonkeyPatch, page: str | None = None) -> AppTest:
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.run()
     if page:
         at.switch_page(page)
@@ -201,7 +203,7 @@ def _opened(db: Path, monkeypatch: pytest.MonkeyPatch, link: str) -> AppTest:
     """The app opened on `link` (a path and its query), as a browser would."""
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     parts = urlsplit(link)
     for key, values in parse_qs(parts.query).items():
         at.query_params[key] = values
@@ -306,7 +308,7 @@ def test_filters_survive_page_changes(seeded: Path, monkeypatch) -> None:
     here; the browser test clicks the real widget.)"""
     monkeypatch.setenv("RTAX_DB", str(seeded))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.session_state["f_tiers"] = ["T2"]
     at.run()
     assert at.multiselect(key="f_tiers").value == ["T2"]
@@ -449,7 +451,7 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     # opted in (through session state, set before the first run: AppTest drops the
     # entrypoint's sidebar from its tree after it)
     st.cache_data.clear()
-    opted = AppTest.from_file(APP, default_timeout=60)
+    opted = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     opted.session_state["f_incomparable"] = True
     opted.run()
     opted.switch_page("pages/cold_start.py").run()
@@ -662,7 +664,7 @@ def test_the_same_substrate_from_two_vantages_is_compared_and_filtered(
     assert seen["ttfc_vs_nearest"].tolist() == pytest.approx([1.0, 3.0])
     assert seen["ttfc_n"].tolist() == [2, 3]
     st.cache_data.clear()
-    only = AppTest.from_file(APP, default_timeout=60)
+    only = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     only.session_state["f_vantages"] = ["us"]
     only.run()
     assert set(only.dataframe[0].value["series"]) == {"docker @ us"}

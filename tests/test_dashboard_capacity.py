@@ -1,6 +1,6 @@
 """The Capacity page under Streamlit's AppTest, on load runs with known figures: the envelope it
-shows is `rtax.analysis.envelope`'s on the stored rows and the hand-worked one, the launch-order profile
-draws each launch, and a saturated client is called out."""
+shows is `rtax.analysis.envelope`'s on the stored rows and the hand-worked one, the launch-order
+profile draws each launch, and a saturated client is called out."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
+from polling import DEADLINE_S
 from rtax.analysis import envelope
 from rtax.settings.loads import Bounds
 from rtax.store.database import Store
@@ -61,7 +62,7 @@ def loaded(tmp_path_factory) -> Path:
 def _page(db: Path, monkeypatch) -> AppTest:
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.run()
     at.switch_page("pages/capacity.py").run()
     assert not at.exception, [e.value for e in at.exception]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from polling import DEADLINE_S, deadline_s, wait_for
 from rtax import emulation
 from rtax.settings import config
 from rtax.settings.config import ConfigError
@@ -104,18 +105,6 @@ def test_the_demo_configuration_is_valid_and_only_emulates_clouds() -> None:
     assert all(c.emulate for c in clouds.values())
 
 
-def _poll(predicate, timeout_s: float, what: str):
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
-
-
 @pytest.mark.parametrize("kind", ["kubernetes", "ec2", "daytona"])
 def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
     kind: str, tmp_path: Path, runner_image: str, attrs_fixture, docker_api
@@ -141,7 +130,7 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
     )
     try:
         state = tmp_path / "emulations.json"
-        _poll(lambda: state.exists() or emulate.poll() is not None, 60, "the state file")
+        wait_for(lambda: state.exists() or emulate.poll() is not None, "the state file")
         assert emulate.poll() is None, "rtax emulate exited before publishing"
         db = tmp_path / "probe.db"
         args = f"probe --substrate {kind} --tier T2 --repeat 3 --db {db}".split()
@@ -150,7 +139,7 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=deadline_s(600),
         )
         assert probe.returncode == 0, probe.stderr
         assert f"probing the {kind} emulation" in probe.stderr
@@ -163,7 +152,7 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
         assert sorted(tests["exit_code"]) == [0, 0, 0, 1, 1, 1]  # failing, then fixed
     finally:
         emulate.send_signal(signal.SIGINT)
-        out, _ = emulate.communicate(timeout=120)
+        out, _ = emulate.communicate(timeout=DEADLINE_S)
     assert emulate.returncode == 130, out
     assert not (tmp_path / "emulations.json").exists()
     left = docker_api.containers(all=True, filters={"label": f"rtax.substrate={kind}-emulation"})
@@ -198,7 +187,7 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
                 frame = store.runs.read()
             return frame.to_dict("records") or None
 
-        rows = _poll(runs, 120, "a kubernetes run")
+        rows = wait_for(runs, "a kubernetes run")
     finally:
         scheduler.stop(wait=True)
     assert scheduler.emulations == []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from polling import DEADLINE_S
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
 from rtax.rollouts.rollout import run_rollout
@@ -94,7 +95,7 @@ def test_every_emulation_stamps_its_answers_even_refusals(kind: str, runner_imag
     with get_emulation(kind, image=runner_image) as emu:
         request = urllib.request.Request(f"{emu.url}/no/such/route")
         try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
+            with urllib.request.urlopen(request, timeout=DEADLINE_S) as answer:
                 headers = answer.headers
         except urllib.error.HTTPError as refused:
             headers = refused.headers

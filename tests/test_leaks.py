@@ -228,7 +228,6 @@ interval = "1h"
         _plant(local, "in-use")
         wait_for(
             lambda: "expires-soon" not in [lo.run_id for lo in local.leftovers()],
-            30,
             "the expired leftover reaped",
         )
         assert "in-use" in [lo.run_id for lo in local.leftovers()]

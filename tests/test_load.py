@@ -1,5 +1,5 @@
-"""Load runs in-process on the local substrate (rtax.rollouts.burst): a burst is really concurrent, a
-staggered run leaves on schedule, a sequential one waits for each rollout, a stop cancels and
+"""Load runs in-process on the local substrate (rtax.rollouts.burst): a burst is really concurrent,
+a staggered run leaves on schedule, a sequential one waits for each rollout, a stop cancels and
 cleans up everything, and `rtax burst` stores one load record that matches its rollouts."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from loadcheck import check_load
-from polling import wait_for
+from polling import DEADLINE_S, wait_for
 from rtax import cli
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
@@ -32,7 +32,7 @@ class _Gated(LocalSubstrate):
 
     def __init__(self, *args: Any, parties: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.barrier = threading.Barrier(parties, timeout=20)
+        self.barrier = threading.Barrier(parties, timeout=DEADLINE_S)
 
     def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         self.barrier.wait()
@@ -55,7 +55,7 @@ class _Held(LocalSubstrate):
         return env
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:
-        assert self.release.wait(30), "never released"
+        assert self.release.wait(DEADLINE_S), "never released"
         super().wait_running(env, timeout_s)
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
@@ -118,7 +118,7 @@ def test_a_stop_cancels_every_launch_and_cleans_up(tmp_path: Path, attrs_fixture
     plan = LoadPlan("local", shape="staggered", n=6, every_s=0.05)
 
     def stop_when_held() -> None:
-        wait_for(lambda: len(sub.made) >= 3, 30, "three environments made")
+        wait_for(lambda: len(sub.made) >= 3, "three environments made")
         stop.set()
 
     threading.Thread(target=stop_when_held, daemon=True).start()

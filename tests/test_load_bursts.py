@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from loadcheck import check_load
-from polling import wait_for
+from polling import deadline_s, wait_for
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
 from rtax.emulation.daytona import DaytonaEmulation
@@ -100,7 +100,7 @@ def test_a_burst_of_20_on_the_daytona_emulation(daytona: DaytonaEmulation, burst
 def test_the_capacity_page_shows_both_bursts_envelopes(bursts_db: Path) -> None:
     """The Capacity page in real Chromium, from the two real bursts above: an envelope per
     series, each the one `rtax.analysis.envelope` fits from the file."""
-    from browser import chromium, dashboard
+    from browser import chromium, dashboard, new_page
     from rtax.analysis import envelope
     from rtax.dashboard import capacity
 
@@ -111,23 +111,21 @@ def test_the_capacity_page_shows_both_bursts_envelopes(bursts_db: Path) -> None:
         points = envelope.points(loads, store.loads.rollouts(list(loads["load_id"])))
         fitted = capacity.labelled(envelope.fit(points))
     assert len(fitted) == 2, fitted
-    with chromium() as browser, dashboard({"RTAX_DB": str(bursts_db)}) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 2400})
-        try:
-            page.goto(f"{url}/capacity")
-            page.get_by_role("heading", name="Envelope").wait_for(timeout=60_000)
-            for label in ("docker T0", "daytona [emulated] T0"):
-                metric = page.get_by_test_id("stMetric").filter(
-                    has_text=f"{label}: concurrency held"
-                )
-                metric.wait_for(timeout=60_000)
-                row = fitted[fitted["series"] == label].iloc[0]
-                held = row["held_concurrency"]
-                value = metric.get_by_test_id("stMetricValue").inner_text()
-                assert value == ("none" if held != held else f"{held:g}"), (label, value)
-            assert page.locator('[data-testid="stException"]').count() == 0
-        finally:
-            page.close()
+    with (
+        chromium() as browser,
+        dashboard({"RTAX_DB": str(bursts_db)}) as url,
+        new_page(browser, viewport={"width": 1400, "height": 2400}) as page,
+    ):
+        page.goto(f"{url}/capacity")
+        page.get_by_role("heading", name="Envelope").wait_for()
+        for label in ("docker T0", "daytona [emulated] T0"):
+            metric = page.get_by_test_id("stMetric").filter(has_text=f"{label}: concurrency held")
+            metric.wait_for()
+            row = fitted[fitted["series"] == label].iloc[0]
+            held = row["held_concurrency"]
+            value = metric.get_by_test_id("stMetricValue").inner_text()
+            assert value == ("none" if held != held else f"{held:g}"), (label, value)
+        assert page.locator('[data-testid="stException"]').count() == 0
 
 
 def test_ctrl_c_in_a_docker_burst_leaves_nothing(docker_api, runner_image: str, tmp_path) -> None:
@@ -140,9 +138,9 @@ def test_ctrl_c_in_a_docker_burst_leaves_nothing(docker_api, runner_image: str, 
         text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: len(_ours(docker_api, proc.pid)) >= 2, 120, "two containers made")
+        wait_for(lambda: len(_ours(docker_api, proc.pid)) >= 2, "two containers made")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=deadline_s(180))
     finally:
         if proc.poll() is None:
             proc.kill()

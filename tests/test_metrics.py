@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from factories import make_record
+from polling import DEADLINE_S
 from rtax.core.paths import checkout_root
 from rtax.service.prometheus import BUCKETS, NAMES, Metrics, serve
 from rtax.service.scheduler import Scheduler
@@ -157,7 +158,7 @@ def test_serve_on_a_free_port_then_stop(tmp_path: Path) -> None:
     endpoint = serve(metrics, settings, logging.getLogger("test"))
     assert endpoint is not None
     try:
-        with urllib.request.urlopen(endpoint.url, timeout=10) as response:
+        with urllib.request.urlopen(endpoint.url, timeout=DEADLINE_S) as response:
             text = response.read().decode()
         assert "rtax_rollouts_total{" in text
         # A taken port is said and skipped: the scheduler keeps probing without /metrics.

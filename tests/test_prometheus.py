@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from factories import make_record
+from polling import DEADLINE_S, wait_for
 from rtax.core.failures import CreateFailed
 from rtax.service.prometheus import BUCKETS
 from rtax.service.scheduler import Scheduler
@@ -51,21 +52,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except OSError as exc:  # Prometheus not listening yet
-            last = exc
-        else:
-            if last is not None and last is not False:
-                return last
-        time.sleep(0.2)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s (last: {last!r})")
 
 
 class _Broken(LocalSubstrate):
@@ -103,7 +89,7 @@ class _Prometheus:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
             {"query": expr}
         )
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=DEADLINE_S) as response:
             return json.loads(response.read())
 
     def scalar(self, expr: str) -> float | None:
@@ -186,13 +172,22 @@ def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
         new = runs[runs["run_id"] != "earlier"]
         return runs if len(new) == 2 * ROLLOUTS else None  # (a frame has no truth value)
 
-    runs = _wait_for(stored, 120, f"{2 * ROLLOUTS} rollouts stored")
+    runs = wait_for(stored, f"{2 * ROLLOUTS} rollouts stored", interval_s=0.2, ignoring=(OSError,))
     new = runs[runs["run_id"] != "earlier"]
     ok = new[new["status"] == "ok"]
     failed = new[new["error_class"] == "create_failed"]
     assert (len(ok), len(failed)) == (ROLLOUTS, ROLLOUTS)  # the set-up, not the metrics
 
-    _wait_for(lambda: prometheus.scalar('up{job="rtax"}') == 1, 60, "a first scrape")
+    def scraped(expr: str, expected: float) -> None:
+        """Wait until Prometheus answers `expected` to `expr` (it may not listen yet)."""
+        wait_for(
+            lambda: prometheus.scalar(expr) == expected,
+            f"Prometheus to answer {expr} == {expected}",
+            interval_s=0.2,
+            ignoring=(OSError,),
+        )
+
+    scraped('up{job="rtax"}', 1)  # a first scrape
     figures = {
         # every row this scheduler stored, by status and class
         "sum(rtax_rollouts_total)": len(new),
@@ -204,7 +199,7 @@ def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
         'sum(rtax_time_to_first_command_seconds_count{substrate="broken"}) or vector(0)': 0,
     }
     for expr, expected in figures.items():
-        _wait_for(lambda e=expr, n=expected: prometheus.scalar(e) == n, 60, f"{expr} == {expected}")
+        scraped(expr, expected)
 
     total = prometheus.scalar('sum(rtax_time_to_first_command_seconds_sum{substrate="local"})')
     assert total == pytest.approx(ok["time_to_first_command_s"].sum(), rel=1e-9)

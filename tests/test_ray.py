@@ -120,7 +120,7 @@ def test_a_burst_runs_on_both_vantages_and_stores_each_record_once(
     scheduler = Scheduler(conf)
     scheduler.start()
     try:
-        wait_for(lambda: len(_runs(conf.database)) >= 26, 240, "26 stored rollouts")
+        wait_for(lambda: len(_runs(conf.database)) >= 26, "26 stored rollouts", timeout_s=240)
         ids = {n["vantage"]: n["node_id"] for n in scheduler.engine.nodes(fresh=True)}
     finally:
         scheduler.stop(wait=True)
@@ -191,9 +191,9 @@ def test_a_node_lost_mid_burst_leaves_engine_errors_and_nothing_else(
     scheduler = Scheduler(conf)
     scheduler.start()
     try:
-        orphan = wait_for(lost_env, 120, "a rollout in flight on the us node")
+        orphan = wait_for(lost_env, "a rollout in flight on the us node")
         us.kill()
-        wait_for(lambda: len(_runs(conf.database)) >= 26, 240, "26 stored rollouts")
+        wait_for(lambda: len(_runs(conf.database)) >= 26, "26 stored rollouts", timeout_s=240)
         runs = _runs(conf.database)
         assert orphan.is_dir()  # what the lost task created is still there...
         scheduler.run_reaper()  # ...until the reaper (on the surviving node) removes it

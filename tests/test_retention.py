@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from factories import make_action, make_run
+from polling import joined
 from rtax.analysis.sketch import EXACT_LIMIT
 from rtax.core.record import RolloutRecord
 from rtax.store import Store, StoreError, retention
@@ -177,7 +178,7 @@ def test_a_writer_with_a_short_busy_timeout_never_fails_during_retention(tmp_pat
             during = len(written) - before
     finally:
         stop.set()
-        writer.join(60)
+        joined(writer, "the writer")
         reader.execute("ROLLBACK")
         reader.close()
     assert report.runs > 1000

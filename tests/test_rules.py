@@ -1,5 +1,5 @@
-"""The ``[detection]`` and ``[alerts]`` tables (rtax.analysis.rules): defaults, a full table read back,
-and every mistake one line naming its key, through `rtax config check`."""
+"""The ``[detection]`` and ``[alerts]`` tables (rtax.analysis.rules): defaults, a full table read
+back, and every mistake one line naming its key, through `rtax config check`."""
 
 from __future__ import annotations
 

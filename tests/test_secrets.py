@@ -35,6 +35,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from polling import DEADLINE_S
 from rtax.core import workloads
 from rtax.core.failures import SubstrateError
 from rtax.rollouts.rollout import run_rollout
@@ -249,7 +250,7 @@ def _log_chained(secret: str) -> None:
 def _env_of_a_command(sub: Any) -> str:
     env = sub.create("secrets-env")
     try:
-        sub.wait_running(env, 120)
+        sub.wait_running(env, DEADLINE_S)
         result = sub.run(env, "env", 60)
     finally:
         sub.destroy(env, 120)
@@ -262,7 +263,7 @@ def _dashboard_text(db: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
     shown = []
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.run()
     for page in PAGES:
         at.switch_page(f"pages/{page}.py")

@@ -10,13 +10,13 @@ import json
 import os
 import shlex
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
+from polling import DEADLINE_S, joined, wait_for
 from rtax.core import workloads
 from rtax.core.failures import CreateFailed, SubstrateError
 from rtax.core.options import RolloutOptions
@@ -26,7 +26,7 @@ from rtax.rollouts.rollout import run_rollout
 from rtax.settings import SubstrateConfig
 from rtax.store.database import Store
 from rtax.substrates import build_substrate, get_substrate
-from rtax.substrates.base import LABEL, CommandResult, Environment, clock, require_host_address
+from rtax.substrates.base import LABEL, CommandResult, Environment, require_host_address
 from rtax.substrates.daytona import DaytonaSubstrate
 
 
@@ -171,10 +171,10 @@ def test_a_500_after_the_sandbox_was_made_leaves_no_sandbox(
     with pytest.raises(CreateFailed, match="500"):
         daytona_exec.create("sandbox-500-accepted")
     assert len(emulation.requests_for("create")) - before == 1
-    deadline = time.monotonic() + 30
-    while [lo for lo in daytona_exec.leftovers() if lo.run_id == "sandbox-500-accepted"]:
-        assert time.monotonic() < deadline, "the sandbox made before the 500 is still there"
-        time.sleep(0.05)  # deletion is asynchronous: polling with a deadline
+    wait_for(  # deletion is asynchronous
+        lambda: not [lo for lo in daytona_exec.leftovers() if lo.run_id == "sandbox-500-accepted"],
+        "the sandbox made before the 500 to be deleted",
+    )
 
 
 def test_rate_limited_create_is_retried_then_succeeds(
@@ -278,10 +278,10 @@ def test_create_not_answered_is_create_timeout_and_leaves_nothing(
         record = run_rollout(sub, workloads.build("T0"), run_id="late-create")
         run = _kept(store, record)
         assert (run["status"], run["error_class"]) == ("failed", "create_timeout")
-        deadline = clock() + 30
-        while [lo for lo in sub.leftovers() if lo.run_id == "late-create"]:
-            assert clock() < deadline, "the late sandbox was not deleted"
-            time.sleep(0.05)  # deletion is asynchronous: poll, bounded
+        wait_for(  # deletion is asynchronous
+            lambda: not [lo for lo in sub.leftovers() if lo.run_id == "late-create"],
+            "the late sandbox to be deleted",
+        )
     finally:
         sub.close()
 
@@ -314,8 +314,7 @@ def test_start_wait_from_a_worker_thread(
     for tag, timeout in (("late", 0.5), ("in-time", 30.0)):
         worker = threading.Thread(target=rollout, args=(tag, timeout))
         worker.start()
-        worker.join(60)
-        assert not worker.is_alive()
+        joined(worker, f"the {tag} rollout")
     late, in_time = records["late"].run, records["in-time"].run
     assert (late["status"], late["error_class"]) == ("failed", "ready_timeout"), late
     assert late["orchestration_s"] < 2.0 and late["cleanup_ok"] == 1
@@ -329,7 +328,7 @@ def test_planted_leftover_is_listed_by_label_and_removed(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate, docker_api
 ) -> None:
     env = daytona_exec.create("planted-leftover")  # made and never destroyed
-    daytona_exec.wait_running(env, 60)
+    daytona_exec.wait_running(env, DEADLINE_S)
     backing = {"label": f"{LABEL}.run_id={env.env_id}"}
     assert len(docker_api.containers(all=True, filters=backing)) == 1
     other = _substrate(emulation, name="daytona-other")

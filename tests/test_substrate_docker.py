@@ -15,6 +15,7 @@ import docker.errors
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
+from polling import DEADLINE_S, deadline_s
 from rtax.core import workloads
 from rtax.core.failures import CommandTimeout, ExecError
 from rtax.core.workloads import Action, RepoSource, Workload
@@ -61,7 +62,7 @@ def env_of(request):
     def make(sub: DockerSubstrate, run_id: str) -> Environment:
         env = sub.create(run_id)
         made.append((sub, env))
-        sub.wait_running(env, 60)
+        sub.wait_running(env, DEADLINE_S)
         return env
 
     yield make
@@ -484,7 +485,7 @@ def test_cli_probe_docker_then_nothing_left(runner_image: str, tmp_path: Path) -
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=deadline_s(600),
     )
     assert done.returncode == 0, done.stderr
     with Store(db, create=False) as store:

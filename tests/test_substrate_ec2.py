@@ -19,6 +19,7 @@ import boto3
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
+from polling import DEADLINE_S, wait_for
 from rtax.core import workloads
 from rtax.core.failures import CleanupFailed, CreateFailed, SubstrateError
 from rtax.core.options import RolloutOptions
@@ -95,10 +96,10 @@ def _state(emulation: Ec2Emulation, instance_id: str) -> str:
 
 def _wait_container_gone(emulation: Ec2Emulation, run_id: str) -> None:
     """Backing containers are removed in the background after TerminateInstances."""
-    deadline = clock() + 30
-    while any(lo.run_id == run_id for lo in emulation.backing.leftovers()):
-        assert clock() < deadline, f"container of {run_id} still there"
-        threading.Event().wait(0.05)
+    wait_for(
+        lambda: not any(lo.run_id == run_id for lo in emulation.backing.leftovers()),
+        f"the container of {run_id} to be removed",
+    )
 
 
 def _instance_id(emulation: Ec2Emulation, run_id: str) -> str:
@@ -129,7 +130,7 @@ def test_instance_is_tagged_and_terminates_on_shutdown(emulation: Ec2Emulation) 
     sub = Ec2Substrate(tags={"team": "rl"}, **emulation.substrate_params())
     env = sub.create("launch-check")
     try:
-        sub.wait_running(env, 60)
+        sub.wait_running(env, DEADLINE_S)
         ec2 = _client(emulation, "ec2")
         behaviour = ec2.describe_instance_attribute(
             InstanceId=env.env_id, Attribute="instanceInitiatedShutdownBehavior"
@@ -339,7 +340,7 @@ def env(emulation: Ec2Emulation) -> Iterator[tuple[Ec2Substrate, Environment]]:
     # a run id (the launch's ClientToken) per test: a repeated token answers the first launch
     made = sub.create(f"ssm-details-{uuid.uuid4().hex[:8]}")
     try:
-        sub.wait_running(made, 60)
+        sub.wait_running(made, DEADLINE_S)
         sub.run(made, "true", 60)
         yield sub, made
     finally:
@@ -371,19 +372,20 @@ def test_cancel_command_kills_the_process(
         DocumentName="AWS-RunShellScript",
         Parameters={"commands": ["sleep 77"], "executionTimeout": ["60"]},
     )["Command"]["CommandId"]
-    deadline = clock() + 30
-    while sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout != "1\n":
-        assert clock() < deadline, "the command never started"
+    wait_for(
+        lambda: sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout == "1\n",
+        "the command to start",
+    )
     assert ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"] == (
         "InProgress"
     )
     ssm.cancel_command(CommandId=sent, InstanceIds=[made.env_id])
-    while (
-        status := ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"]
-    ) not in ("Cancelled", "Success", "Failed"):
-        assert clock() < deadline, status
-        threading.Event().wait(0.05)
-    assert status == "Cancelled"
+
+    def ended() -> str | None:
+        status = ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"]
+        return status if status in ("Cancelled", "Success", "Failed") else None
+
+    assert wait_for(ended, "the cancelled command to end") == "Cancelled"
     assert sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout == "0\n"
 
 
@@ -397,13 +399,12 @@ def test_failed_command_carries_the_agent_line_on_the_wire(
         DocumentName="AWS-RunShellScript",
         Parameters={"commands": ["echo oops >&2; exit 3"]},
     )["Command"]["CommandId"]
-    deadline = clock() + 30
-    while (inv := ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id))["Status"] in (
-        "Pending",
-        "InProgress",
-    ):
-        assert clock() < deadline
-        threading.Event().wait(0.02)
+
+    def ended() -> dict[str, Any] | None:
+        inv = ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)
+        return None if inv["Status"] in ("Pending", "InProgress") else inv
+
+    inv = wait_for(ended, "the failing command to end", interval_s=0.02)
     assert (inv["Status"], inv["ResponseCode"]) == ("Failed", 3)
     assert inv["StandardErrorContent"] == "oops\nfailed to run commands: exit status 3"
     assert sub.run(made, "echo oops >&2; exit 3", 30).stderr == "oops\n"  # stripped
@@ -416,7 +417,7 @@ def test_planted_leftover_is_listed_and_terminated(emulation: Ec2Emulation) -> N
     sub = Ec2Substrate(name="ec2-planted", **emulation.substrate_params())
     other = Ec2Substrate(**emulation.substrate_params())
     env = sub.create("planted-leftover")
-    sub.wait_running(env, 60)  # and never destroyed: a crashed run's instance
+    sub.wait_running(env, DEADLINE_S)  # and never destroyed: a crashed run's instance
     found = [lo for lo in sub.leftovers() if lo.run_id == "planted-leftover"]
     assert [lo.env_id for lo in found] == [env.env_id]
     assert found[0].owner and found[0].created_at

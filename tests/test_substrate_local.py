@@ -7,12 +7,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from contract import SubstrateContract, assert_phases_add_up
+from polling import DEADLINE_S, wait_for
 from rtax.assets.attrs import Fixture
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
@@ -75,7 +75,7 @@ def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
 
 
 def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
-    marker = "31.4159"  # a sleep argument no other process uses
+    marker = "314.159"  # a sleep argument no other process uses, outliving the deadline
     hang = Workload(
         "T0",
         0,
@@ -96,21 +96,22 @@ def test_destroy_kills_what_a_command_left_behind_and_never_a_reused_group(
     the background processes commands left, in their group or in a session of their own."""
     sub = LocalSubstrate(root=tmp_path / "envs", toolchain=tmp_path)  # no toolchain needed
     env = sub.create("reuse")
-    foreign = subprocess.Popen(["sleep", "27.1828"], start_new_session=True)
+    # the sleeps outlive the deadline (a slow test still finds them running), not much more
+    foreign = subprocess.Popen(["sleep", "271.828"], start_new_session=True)
     try:
         assert sub.run(env, "true", 10).exit_code == 0  # a group that was used and exited
-        left = sub.run(env, "sleep 27.1829 >/dev/null 2>&1 &", 10)
-        escaped = sub.run(env, "setsid sleep 27.1830 >/dev/null 2>&1 &", 10)
+        left = sub.run(env, "sleep 271.829 >/dev/null 2>&1 &", 10)
+        escaped = sub.run(env, "setsid sleep 271.830 >/dev/null 2>&1 &", 10)
         assert left.exit_code == escaped.exit_code == 0
-        deadline = time.monotonic() + 10
-        while not (_alive("sleep 27.1829") and _alive("sleep 27.1830")):
-            assert time.monotonic() < deadline, "the background sleeps never started"
-            time.sleep(0.05)  # polling the process table with a deadline
+        wait_for(
+            lambda: _alive("sleep 271.829") and _alive("sleep 271.830"),
+            "the background sleeps to start",
+        )
         # as if the kernel had reused an exited command's group id for the foreign process
         env.handle.setdefault("groups", set()).add(os.getpgid(foreign.pid))
         sub.destroy(env, 10)
         assert foreign.poll() is None, "destroy killed a process that is not the environment's"
-        assert not _alive("sleep 27.1829") and not _alive("sleep 27.1830")
+        assert not _alive("sleep 271.829") and not _alive("sleep 271.830")
         assert not Path(env.env_id).exists()
     finally:
         foreign.kill()
@@ -169,19 +170,18 @@ def test_interrupted_rollout_is_cleaned_up_and_not_returned(
     assert local.leftovers() == []
 
 
-def _wait_for_runs(db: Path, n: int, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _wait_for_runs(db: Path, n: int, proc: subprocess.Popen) -> None:
+    def stored() -> bool:
         assert proc.poll() is None, proc.communicate()
-        if db.exists():
-            try:
-                with sqlite3.connect(db) as conn:
-                    if conn.execute("SELECT count(*) FROM runs").fetchone()[0] >= n:
-                        return
-            except sqlite3.OperationalError:
-                pass  # schema not there yet
-        time.sleep(0.05)  # polling with a deadline
-    raise AssertionError(f"no {n} runs in {db} within {timeout_s} s")
+        if not db.exists():
+            return False
+        try:
+            with sqlite3.connect(db) as conn:
+                return conn.execute("SELECT count(*) FROM runs").fetchone()[0] >= n
+        except sqlite3.OperationalError:
+            return False  # schema not there yet
+
+    wait_for(stored, f"{n} runs in {db}")
 
 
 def _complete(db: Path) -> None:
@@ -243,19 +243,19 @@ def test_cli_killed_mid_rollout_leaves_no_partial_rows(
     before = _daemons(attrs_fixture.root)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for_runs(db, 1, proc, timeout_s=120)
+        _wait_for_runs(db, 1, proc)
         assert _new_daemons(attrs_fixture.root, before)  # the probe's server, seen alive
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=DEADLINE_S)
     finally:
         if proc.poll() is None:
             proc.kill()
     _complete(db)
     # the git daemon that served T2 dies with the probe, whatever killed it
-    deadline = time.monotonic() + 10
-    while left := _new_daemons(attrs_fixture.root, before):
-        assert time.monotonic() < deadline, f"git daemon outlived the probe: {left}"
-        time.sleep(0.05)  # polling with a deadline
+    wait_for(
+        lambda: not _new_daemons(attrs_fixture.root, before),
+        lambda: f"the git daemon to die with the probe: {_new_daemons(attrs_fixture.root, before)}",
+    )
     if sig != signal.SIGKILL:
         assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
         assert b"Traceback" not in err

@@ -1,6 +1,6 @@
-"""Per-series summaries (rtax.analysis.summaries) agree with the raw path (rtax.analysis.stats through
-rtax.dashboard.tables) on a fixed database: after saves, after a fold, after a rebuild, and on an
-upgraded old file; and merging hourly rows equals summarizing the whole."""
+"""Per-series summaries (rtax.analysis.summaries) agree with the raw path (rtax.analysis.stats
+through rtax.dashboard.tables) on a fixed database: after saves, after a fold, after a rebuild, and
+on an upgraded old file; and merging hourly rows equals summarizing the whole."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factories import make_record
+from polling import DEADLINE_S
 from rtax.analysis import sketch, stats, summaries
 from rtax.dashboard import summarized, tables
 from rtax.store import Store, migrations, retention
@@ -335,7 +336,7 @@ def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
     pages = ("overview", "cold_start", "decomposition", "amortization", "projection", "capacity")
     for page in (*pages, "data"):
         streamlit.cache_data.clear()
-        at = AppTest.from_file(app, default_timeout=60)
+        at = AppTest.from_file(app, default_timeout=DEADLINE_S)
         at.run()
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, [e.value for e in at.exception]

@@ -1,5 +1,5 @@
-"""The Timeline's points (rtax.analysis.timeline) and their reader: percentiles per bucket worked out by
-hand, the summaries' hourly points equal to the raw path on the same samples, folded and raw
+"""The Timeline's points (rtax.analysis.timeline) and their reader: percentiles per bucket worked
+out by hand, the summaries' hourly points equal to the raw path on the same samples, folded and raw
 history as one history (every rollout counted once), failures per bucket, incidents as spans."""
 
 from __future__ import annotations
