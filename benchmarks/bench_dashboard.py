@@ -7,7 +7,7 @@ components); that cost is measured on a one-line page and printed, and the targe
 checked against the raw time, harness included. The large database is synthetic
 (`benchmarks/synthetic.py`: 100,000 runs, ~2.3 M actions, marked synthetic and `modelled`),
 made in a temporary folder and never in data/. Its copy "folded" has had every run older than
-a day folded into rollups by retention (rtax.retention.fold): the same history, mostly rolled
+a day folded into rollups by retention (rtax.store.retention.fold): the same history, mostly rolled
 up. The three databases are rendered in turn, page by page, so that machine noise hits them
 alike.
 """
@@ -26,8 +26,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from rtax import retention
-from rtax.store import Store
+from rtax.store import Store, retention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # sibling scripts, not a package
@@ -94,7 +93,7 @@ def main() -> int:
         t0 = time.perf_counter()
         with Store(tmp / "folded.db") as store:
             report = retention.fold(store, older_than_days=1.0, pause_s=0.0)
-            raw_left = store.count("runs")
+            raw_left = store.runs.count()
         print(
             f"  folded: {report.runs:,} runs older than a day folded into rollups "
             f"({raw_left:,} raw runs left) in {time.perf_counter() - t0:.1f} s"

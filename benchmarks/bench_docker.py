@@ -22,13 +22,14 @@ from pathlib import Path
 
 import docker
 
-from rtax import fixtures, stats
-from rtax.image import RUNNER_IMAGE, ensure_runner
-from rtax.probe import run_rollout
+from rtax.analysis import stats
+from rtax.assets import attrs
+from rtax.assets.image import RUNNER_IMAGE, ensure_runner
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.base import clock
-from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.docker.substrate import DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # a sibling script, not a package
@@ -81,7 +82,7 @@ def main() -> int:
     except Exception as exc:  # no engine: say so, don't pretend
         print(f"docker bench skipped: {exc}")
         return 0
-    fixture = fixtures.build()
+    fixture = attrs.build()
     exec_sub, session_sub = DockerSubstrate(mode="exec"), DockerSubstrate(mode="session")
     client = docker.from_env()
     # Exec mode vs the raw SDK: one container made by rtax, and every rtax call paired with a

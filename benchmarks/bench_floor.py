@@ -15,12 +15,13 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from rtax import fixtures, stats, toolchain
-from rtax.fixtures import GitServer
-from rtax.probe import run_rollout
-from rtax.substrates.docker import DockerSubstrate
+from rtax.analysis import stats
+from rtax.assets import attrs, toolchain
+from rtax.assets.attrs import GitServer
+from rtax.core.workloads import RepoSource, build, mix_counts
+from rtax.rollouts.rollout import run_rollout
+from rtax.substrates.docker.substrate import DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import RepoSource, build, mix_counts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # a sibling script, not a package
@@ -28,7 +29,7 @@ from report import Report, quiet  # a sibling script, not a package
 TARGET = 1.05
 
 
-def _source(fixture: fixtures.Fixture, server: GitServer) -> RepoSource:
+def _source(fixture: attrs.Fixture, server: GitServer) -> RepoSource:
     return RepoSource(
         server.url(fixture.bare_repo.name),
         fixture.buggy_commit,
@@ -57,7 +58,7 @@ def main() -> int:
     quiet()
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else (lambda m: None)
 
-    fixture = fixtures.build()
+    fixture = attrs.build()
     samples: dict[str, dict[str, list[float]]] = {"local": defaultdict(list), "docker": {}}
     samples["docker"] = defaultdict(list)
     fingerprints = {}

@@ -19,11 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rtax import fixtures, stats
-from rtax.probe import run_rollout
+from rtax.analysis import stats
+from rtax.assets import attrs
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.base import clock
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report, quiet  # a sibling script, not a package
@@ -41,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     quiet()
 
-    fixture = fixtures.build()
+    fixture = attrs.build()
     with tempfile.TemporaryDirectory(prefix="rtax-bench-") as tmp:
         local = LocalSubstrate(root=Path(tmp), template=fixture.template)
         block = Workload(

@@ -31,11 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtax import stats, workloads
-from rtax.image import ensure_runner
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.record import RolloutRecord
-from rtax.substrates.docker import DockerSubstrate
+from rtax.analysis import stats
+from rtax.assets.image import ensure_runner
+from rtax.core import workloads
+from rtax.core.options import RolloutOptions
+from rtax.core.record import RolloutRecord
+from rtax.rollouts.rollout import run_rollout
+from rtax.substrates.docker.substrate import DockerSubstrate
 from rtax.substrates.pool import PoolSettings, WarmPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,10 +57,10 @@ def model_prediction(
     requests, s from the burst's start) on a pool of `pool_size` that starts full and refills
     `refill_concurrency` at a time, each refill a draw from `cold_s` (this pool's own cold
     starts, measured before the burst); `claim_s` is a claim's own cost when the pool is not
-    empty. `rtax.poolmodel.simulate` (issue 14, point 3) models exactly this pool's rules
+    empty. `rtax.planning.poolmodel.simulate` (issue 14, point 3) models exactly this pool's rules
     (rtax/substrates/pool.py); None while it is not in this tree: no prediction is made up."""
     try:
-        from rtax import poolmodel  # type: ignore[attr-defined]
+        from rtax.planning import poolmodel
     except ImportError:
         return None
     predicted = poolmodel.simulate(
@@ -84,7 +86,7 @@ def _ms(label: str, values: list[float], extra: str = "") -> str:
     return f"  {label:<44} {_p(values, 50) * 1e3:10.3f} ms  (n={len(values)}){extra}"
 
 
-def _burst(pool: WarmPool, size: int, options: ProbeOptions) -> list[RolloutRecord]:
+def _burst(pool: WarmPool, size: int, options: RolloutOptions) -> list[RolloutRecord]:
     """`size` T0 rollouts started at once (a barrier), each claiming from `pool`."""
     barrier = threading.Barrier(size)
     records: list[RolloutRecord | None] = [None] * size
@@ -121,7 +123,7 @@ def main() -> int:
     except Exception as exc:  # no engine: say so, don't pretend
         print(f"warm pool bench skipped: {exc}")
         return 0
-    options = ProbeOptions(deadline_s=600)
+    options = RolloutOptions(deadline_s=600)
     cold_sub = DockerSubstrate(name="docker-bench-cold")
     settings = PoolSettings(args.pool, args.refill)
     pool = WarmPool(
@@ -170,7 +172,7 @@ def main() -> int:
     checked = model_prediction(refills, arrivals, args.pool, args.refill, claim_s=claim)
     forecast = model_prediction(calm, arrivals, args.pool, args.refill, claim_s=claim)
     if checked is None or forecast is None:
-        print("  pool model: rtax.poolmodel is not in this tree; no prediction made")
+        print("  pool model: rtax.planning.poolmodel is not in this tree; no prediction made")
         print(report.summary())
         return 0
     off = (checked - measured) / measured

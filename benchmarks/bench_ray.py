@@ -1,14 +1,14 @@
 """`make bench`: what dispatching a rollout through Ray adds, beside the local engine, per rollout.
 
 Why side by side (docs/benchmarks.md): the same T0 rollout on the same `local` substrate is
-handed alternately, in interleaved blocks, to the scheduler's two engines (`rtax.engine`): the
-local one (a thread of this process) and the Ray one (a task on a one-node Ray cluster this
-benchmark starts for itself, small, and stops at the end). For each rollout the dispatch cost is
-the time from `submit` to the finished record in hand, minus the rollout's own wall time (what
-the record measured on its node): everything outside the rollout's own timing, in both engines
-building and describing a fresh substrate (its toolchain fingerprint), and through Ray also
-serializing the spec and the record, Ray's scheduling and the handover back to the one writer.
-Printed: both p50s and the difference. Target: Ray adds at most 5 ms per rollout at p50.
+handed alternately, in interleaved blocks, to the scheduler's two engines
+(`rtax.rollouts.engines.base`): the local one (a thread of this process) and the Ray one (a task on
+a one-node Ray cluster this benchmark starts for itself, small, and stops at the end). For each
+rollout the dispatch cost is the time from `submit` to the finished record in hand, minus the
+rollout's own wall time (what the record measured on its node): everything outside the rollout's own
+timing, in both engines building and describing a fresh substrate (its toolchain fingerprint), and
+through Ray also serializing the spec and the record, Ray's scheduling and the handover back to the
+one writer. Printed: both p50s and the difference. Target: Ray adds at most 5 ms per rollout at p50.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from rtax import fixtures, stats
+from rtax.analysis import stats
+from rtax.assets import attrs
 from rtax.compose import Composition
-from rtax.config import SubstrateConfig
-from rtax.engine import Engine, LocalEngine, RolloutSpec
-from rtax.engine_settings import DEFAULT_LABEL, EngineSettings
-from rtax.ray_engine import RayEngine
+from rtax.rollouts.engines import Engine, LocalEngine, RolloutSpec
+from rtax.rollouts.engines.ray import RayEngine
+from rtax.settings import SubstrateConfig
+from rtax.settings.engine import DEFAULT_LABEL, EngineSettings
 from rtax.substrates.base import clock
 
 TARGET_S = 0.005
@@ -56,7 +57,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured rollouts per engine")
     args = parser.parse_args()
 
-    fixture = fixtures.build()
+    fixture = attrs.build()
     with tempfile.TemporaryDirectory(prefix="rtax-bench-ray-") as tmp:
         # A cluster of its own: one node, one CPU, a small object store, no dashboard, and
         # its own authentication token in the temporary folder (never ~/.ray's), set before

@@ -19,9 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from rtax import __version__, paths
-from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, action_row, run_row
-from rtax.store import Store
+from rtax import __version__
+from rtax.core import paths
+from rtax.core.record import (
+    ACTION_COLUMNS,
+    RUN_COLUMNS,
+    RolloutIdentity,
+    Timings,
+    action_row,
+    run_row,
+)
+from rtax.store.database import Store
 
 #: series -> (median create, orchestration, ready, per-action seconds, clone seconds)
 PROFILES = {
@@ -103,21 +111,9 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
         for k in range(n):
             actions.append(_command(run_id, seq + k, "action", k, "synthetic", t, float(lat[k])))
             t += float(lat[k])
-        # The one run-row builder (rtax.record): overhead, time to first command and the rest
+        # The one run-row builder (rtax.core.record): overhead, time to first command and the rest
         # are derived exactly as for a measured rollout.
-        run = run_row(
-            run_id=run_id,
-            started_at=started.isoformat(timespec="microseconds"),
-            substrate=substrate,
-            kind=substrate.split("-")[0],
-            mode=mode,
-            tier=tier,
-            steps=steps,
-            seed=0,
-            fidelity="modelled",
-            error_class=error_class,
-            error_message="synthetic failure" if failed else None,
-            provenance=provenance,
+        timings = Timings(
             phases={
                 "create": create,
                 "orchestration": orch,
@@ -133,8 +129,18 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
                 {"name": "removed", "t_s": wall - overhead},
             ],
             actions=actions,
+        )
+        run = run_row(
+            RolloutIdentity(
+                substrate, substrate.split("-")[0], "modelled", tier, steps, mode=mode, n_actions=n
+            ),
+            run_id=run_id,
+            started_at=started.isoformat(timespec="microseconds"),
+            error_class=error_class,
+            error_message="synthetic failure" if failed else None,
+            provenance=provenance,
+            timings=timings,
             episode_s=None if failed else episode,
-            n_actions=n,
             n_actions_done=n - 1 if failed else n,
             cleanup_ok=1,
         )
@@ -153,7 +159,7 @@ def generate(path: Path, runs: int, seed: int = 0, days: float = 7.0) -> tuple[i
     # Rows written around `save_rollout` have no summaries yet: the store's repair builds them,
     # as it would for any file written by other means.
     with Store(path) as store:
-        store.rebuild_summaries()
+        store.summaries.rebuild()
     return runs, n_actions
 
 

@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from rtax import projection
 from rtax.dashboard import data, figures, filters, style, summarized, tables, urlstate
+from rtax.planning import projection
 
 st.title("Amortization")
 chosen = filters.current()

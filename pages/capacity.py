@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from rtax import envelope
+from rtax.analysis import envelope
 from rtax.dashboard import capacity, data, filters, style
 
 st.title("Capacity")

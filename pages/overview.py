@@ -3,8 +3,8 @@ time-to-first-command and episode percentiles, live."""
 
 import streamlit as st
 
+from rtax.analysis.sketch import EXACT_LIMIT
 from rtax.dashboard import board, data, filters, style, summarized, tables
-from rtax.sketch import EXACT_LIMIT
 
 st.title("Overview")
 chosen = filters.current()

@@ -4,7 +4,8 @@ import math
 
 import streamlit as st
 
-from rtax import makespan, poolmodel, projection, reference, stats
+from rtax.analysis import stats
+from rtax.core.series import workload_name
 from rtax.dashboard import (
     data,
     explore,
@@ -17,6 +18,7 @@ from rtax.dashboard import (
     tables,
     urlstate,
 )
+from rtax.planning import poolmodel, projection, published, steptime
 from rtax.substrates.base import FIDELITIES
 
 st.title("Projection")
@@ -163,8 +165,8 @@ st.subheader("Scenarios: the study, reproduced from its inputs")
 style.table(tables.scenarios(), snapshot="projection-scenarios")
 st.caption(
     "Headlines quoted (inputs unpublished, not recomputed): "
-    + "; ".join(reference.HEADLINES)
-    + f". Source: {reference.SOURCE}."
+    + "; ".join(published.HEADLINES)
+    + f". Source: {published.SOURCE}."
 )
 
 # -- Fleet planning: warm pools, tail-aware step time, limits and prices ---------------------
@@ -258,7 +260,7 @@ else:
     tier, length = s1.selectbox(
         "Rollouts",
         shapes,
-        format_func=lambda w: stats.workload_label(*w),
+        format_func=lambda w: workload_name(*w),
         **urlstate.bound("proj_step_workload"),
     )
     durations = fleet.samples(sample, "episode_s", tier=tier, steps=length)
@@ -277,7 +279,7 @@ else:
         0.05,
         **urlstate.bound("proj_step_oversample"),
     )
-    step = makespan.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
+    step = steptime.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
     n1, n2, n3 = st.columns(3)
     interval = f"{format.duration(step.low_s)}–{format.duration(step.high_s)}"
     n1.metric(

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pandas as pd
 import streamlit as st
 
-from rtax import timeline
+from rtax.analysis import timeline
 from rtax.dashboard import data, figures, filters, style, tables, urlstate
 
 st.title("Timeline")

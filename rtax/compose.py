@@ -7,9 +7,6 @@ emulation; the substrate is built from it and prepared; T2 clones from rtax's ow
 listening where the substrate's environments reach this host; records go to one database. Wiring it
 once means a new part (a warm pool, a fan-out) is wired once.
 
-Every call into the substrate protocol made outside the probe runner and the reaper is one small
-function here (`prepare`, `host_address`, `action_mode`, `declared_fidelity`), so that a change
-of the protocol is a change of one line.
 """
 
 from __future__ import annotations
@@ -23,17 +20,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rtax import config as configuration
-from rtax import emulation, fixtures, paths
-from rtax.config import Config, ConfigError, SubstrateConfig, build_substrate
-from rtax.fixtures import Fixture, GitServer
-from rtax.probe import HarnessError, ProbeOptions
-from rtax.record import UNKNOWN_FIDELITY
-from rtax.store import Store
-from rtax.substrates import NAMED, UnknownSubstrate, names, substrate_class
-from rtax.substrates.base import Substrate, SubstrateError, require_host_address
+from rtax import emulation
+from rtax.assets import attrs
+from rtax.assets.attrs import Fixture, GitServer
+from rtax.core import paths
+from rtax.core.failures import HarnessError, SubstrateError
+from rtax.core.options import RolloutOptions
+from rtax.core.workloads import RepoSource
+from rtax.settings import Config, ConfigError, SubstrateConfig
+from rtax.settings import config as configuration
+from rtax.store.database import Store
+from rtax.substrates import NAMED, UnknownSubstrate, build_substrate, names
+from rtax.substrates.base import Substrate, require_host_address
 from rtax.substrates.pool import WarmPool
-from rtax.workloads import RepoSource
 
 Log = Callable[[str], None]
 #: Builds a substrate from its configuration entry and overrides (injectable: tests hand in
@@ -50,46 +49,6 @@ EMULATIONS = ("running", "owned", "off")
 class ComposeError(ValueError):
     """What was asked for can't be put together here (an unknown or unusable name, an option
     that doesn't fit it); the message is one line for the user."""
-
-
-# -- the substrate protocol, as used outside the probe runner: one call each ----------------
-
-
-def prepare(substrate: Substrate, log: Log) -> None:
-    """Build what the substrate misses (an image, ...), before any clock starts."""
-    substrate.prepare(log)
-
-
-def host_address(substrate: Substrate) -> str:
-    """Where the substrate's environments reach this host (T2's git server listens there)."""
-    return require_host_address(substrate)
-
-
-def action_mode(substrate: Substrate) -> str:
-    """The substrate's action mode ("exec" or "session"; "exec" for kinds without modes)."""
-    return substrate.mode
-
-
-def declared_fidelity(kind: str) -> str | None:
-    """The fidelity a kind always has (``local`` and ``docker`` are real by construction), or
-    None when it depends on where the substrate points (or the kind can't be imported here)."""
-    try:
-        declared = getattr(substrate_class(kind), "fidelity", None)
-    except Exception:
-        return None
-    return declared if isinstance(declared, str) else None
-
-
-def configured_fidelity(conf: SubstrateConfig) -> str:
-    """The fidelity a row of `conf` carries when its substrate could not be built: what the
-    configuration says (``emulate = true`` sets ``emulated``), else what the kind always is,
-    else `UNKNOWN_FIDELITY`: never a silent ``real`` for a cloud kind whose endpoint nobody has
-    seen answer (docs/measurement.md#fidelity)."""
-    if conf.emulate:
-        return "emulated"
-    if isinstance(conf.params.get("fidelity"), str):
-        return conf.params["fidelity"]
-    return declared_fidelity(conf.kind) or UNKNOWN_FIDELITY
 
 
 # -- the database and the fixture -------------------------------------------------------------
@@ -116,11 +75,11 @@ def open_store(db: Path | None, *, create: bool = True) -> Store:
 def ensure_fixture(log: Log | None = None) -> Fixture:
     """The built attrs fixture, building it once if missing
     (docs/workloads.md#the-attrs-fixture)."""
-    fixture = fixtures.load()
+    fixture = attrs.load()
     if fixture is None:
         if log is not None:
             log("building the attrs fixture (once; see `rtax fixtures`)...")
-        fixture = fixtures.build()
+        fixture = attrs.build()
     return fixture
 
 
@@ -190,10 +149,10 @@ class Composition:
         #: a scheduler builds one per rollout)
         self._built: list[weakref.ref[Substrate]] = []
         if deadline_s is None:
-            deadline_s = config.deadline_s if config is not None else ProbeOptions().deadline_s
+            deadline_s = config.deadline_s if config is not None else RolloutOptions().deadline_s
         #: the probe options of this composition's rollouts (a warm pool makes environments
         #: with their timeouts, for their lifetime)
-        self.probe_options = ProbeOptions(deadline_s=deadline_s)
+        self.probe_options = RolloutOptions(deadline_s=deadline_s)
         #: (name, overrides) -> the warm pool rollouts of that entry claim from, kept until
         #: `close` (docs/configuration.md#warm-pools)
         self.pools: dict[tuple[str, tuple[tuple[str, Any], ...]], WarmPool] = {}
@@ -295,9 +254,9 @@ class Composition:
         """`prepare` the substrate (and, for T2, check that it knows where its environments
         reach this host); a substrate that can't be prepared is one line."""
         try:
-            prepare(substrate, log)
+            substrate.prepare(log)
             if t2:
-                host_address(substrate)
+                require_host_address(substrate)
         except SubstrateError as exc:
             raise ComposeError(f"substrate {substrate.name} is not usable: {exc}") from exc
 
@@ -365,7 +324,7 @@ class Composition:
         where `substrate`'s environments reach this host: one server per address, started on
         first use and stopped by `close`. A server that can't start is rtax's failure, not the
         substrate's (`HarnessError`)."""
-        host = host_address(substrate)
+        host = require_host_address(substrate)
         with self._servers_lock:
             server = self.servers.get(host)
             if server is None:

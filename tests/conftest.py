@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from rtax import fixtures
-from rtax.fixtures import Fixture, GitServer
-from rtax.reaper import pid_alive
-from rtax.store import Store
+from rtax.assets import attrs
+from rtax.assets.attrs import Fixture, GitServer
+from rtax.core.workloads import RepoSource
+from rtax.store.database import Store
 from rtax.substrates import kit
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import RepoSource
+from rtax.substrates.reaper import pid_alive
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def store(db_path: Path) -> Iterator[Store]:
 @pytest.fixture(scope="session")
 def attrs_fixture() -> Fixture:
     """The real offline attrs fixture, built once (a no-op when data/fixtures is current)."""
-    return fixtures.build()
+    return attrs.build()
 
 
 def _source(fixture: Fixture, server: GitServer) -> RepoSource:
@@ -92,7 +92,7 @@ def docker_api():
 @pytest.fixture(scope="session")
 def runner_image(docker_api, attrs_fixture: Fixture) -> str:
     """The runner image, built if missing (mmdebstrap + docker import + docker build)."""
-    from rtax.image import ensure_runner
+    from rtax.assets.image import ensure_runner
 
     return ensure_runner(log=lambda message: None)
 
@@ -110,7 +110,7 @@ def gvisor(docker_api) -> None:
 @pytest.fixture(scope="session")
 def docker_git_server(docker_api, attrs_fixture: Fixture) -> Iterator[GitServer]:
     """The fixture over git:// on the bridge gateway, where containers reach this host."""
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     host = DockerSubstrate().host_address
     with GitServer(attrs_fixture.root, host=host) as server:

@@ -13,13 +13,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rtax import reaper, workloads
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.record import PHASES, RolloutRecord
-from rtax.store import Store
-from rtax.substrates import kit
+from polling import DEADLINE_S
+from rtax.core import workloads
+from rtax.core.options import RolloutOptions
+from rtax.core.record import PHASES, RolloutRecord
+from rtax.core.workloads import Action, RepoSource, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.substrates import kit, reaper
 from rtax.substrates.base import Substrate
-from rtax.workloads import Action, RepoSource, Workload
 
 
 def assert_phases_add_up(record: RolloutRecord) -> None:
@@ -77,7 +79,7 @@ class SubstrateContract:
     """Subclass and provide the `substrate` and `repo_source` fixtures."""
 
     def rollout(self, substrate: Substrate, workload: Workload, **kw) -> RolloutRecord:
-        record = run_rollout(substrate, workload, options=ProbeOptions(**kw))
+        record = run_rollout(substrate, workload, options=RolloutOptions(**kw))
         assert_phases_add_up(record)
         assert_clean(substrate, record)
         return record
@@ -90,7 +92,7 @@ class SubstrateContract:
         first = [] if record.run["launch_type"] == "warm" else ["ready"]
         assert [a["phase"] for a in record.actions] == [*first, "action"]
         store.save_rollout(record)
-        assert store.count("runs") == 1 and store.count("actions") == len(first) + 1
+        assert store.runs.count() == 1 and store.runs.count_actions() == len(first) + 1
 
     def test_t1(self, substrate: Substrate) -> None:
         record = self.rollout(substrate, workloads.build("T1"))
@@ -132,7 +134,7 @@ class SubstrateContract:
         record = self.rollout(substrate, workload)
         assert record.ok, record.run
         store.save_rollout(record)
-        actions = store.actions(run_id=record.run["run_id"], phase="action")
+        actions = store.runs.actions(run_id=record.run["run_id"], phase="action")
         assert len(actions) == 10 == record.run["n_actions_done"]
         assert list(actions["command"]) == [a.command for a in workload.actions]
         assert (actions["latency_s"] > 0).all()
@@ -181,7 +183,7 @@ class SubstrateContract:
         reaper's rules read them: docs/adding-a-substrate.md#leftovers)."""
         env = substrate.create("contract-leftover", lifetime_s=600)
         try:
-            substrate.wait_running(env, 60)
+            substrate.wait_running(env, DEADLINE_S)
             found = [lo for lo in substrate.leftovers() if lo.run_id == "contract-leftover"]
             assert len(found) == 1
             assert found[0].owner and found[0].created_at and found[0].expires_at
@@ -208,7 +210,7 @@ class SubstrateContract:
         (the only thing faked here is that liveness check)."""
         env = substrate.create("contract-planted")
         try:
-            substrate.wait_running(env, 60)
+            substrate.wait_running(env, DEADLINE_S)
             (planted,) = [lo for lo in substrate.leftovers() if lo.run_id == "contract-planted"]
             assert planted.owner == f"{kit.owner_host()}:{os.getpid()}"
             assert (
@@ -226,7 +228,7 @@ class SubstrateContract:
     def test_commands_report_exit_code_and_streams(self, substrate: Substrate) -> None:
         env = substrate.create("contract-streams")
         try:
-            substrate.wait_running(env, 60)
+            substrate.wait_running(env, DEADLINE_S)
             result = substrate.run(env, "echo out; echo err >&2; exit 7", 30)
             assert (result.exit_code, result.stdout, result.stderr) == (7, "out\n", "err\n")
             assert result.latency_s > 0

@@ -1,6 +1,6 @@
 """Hand-made rollout records for tests that need exact, known samples (store, dashboard).
 
-Every row has every field rtax.record declares (None unless set here); an override that is not
+Every row has every field rtax.core.record declares (None unless set here); an override that is not
 a field is refused, so a test can't silently write a column that doesn't exist."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord, phases_of
+from rtax.core.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord, phases_of
 
 
 def make_run(run_id: str, **overrides: Any) -> dict[str, Any]:
-    """A successful cold run row with known values (the keys of `rtax.record.run_row`)."""
+    """A successful cold run row with known values (the keys of `rtax.core.record.run_row`)."""
     phases = {f"{p}_s": 0.01 * (i + 1) for i, p in enumerate(phases_of("cold"))}
     run: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
     run |= {

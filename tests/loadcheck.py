@@ -1,6 +1,7 @@
 """Checks a stored load run against its stored rollouts, each figure computed another way: from
 the run rows' wall-clock timestamps (``started_at``, ``scheduled_at``) and phases, never from
-the runner's own clock or `rtax.loadrun`. Shared by the in-process, docker and emulated tests."""
+the runner's own clock or `rtax.analysis.loadrun`. Shared by the in-process, docker and emulated
+tests."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from rtax.store import Store
+from rtax.store.database import Store
 
 
 def _t(iso: str) -> float:
@@ -21,8 +22,8 @@ def _t(iso: str) -> float:
 
 def check_load(store: Store, load_id: str, *, complete: bool = True) -> dict[str, Any]:
     """Assert that the load run's row matches its rollouts; return the row."""
-    row = store.load_runs(load_id=load_id).iloc[0].to_dict()
-    runs = store.runs()
+    row = store.loads.read(load_id=load_id).iloc[0].to_dict()
+    runs = store.runs.read()
     runs = runs[runs["load_id"] == load_id].sort_values("load_index")
     assert row["status"] == ("complete" if complete else "interrupted")
     assert row["rollouts"] == len(runs)

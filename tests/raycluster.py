@@ -89,7 +89,7 @@ class Node:
     def _reap(self) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(15)
-        wait_for(lambda: not self.pids(), 30, f"the {self.vantage} node's processes to end")
+        wait_for(lambda: not self.pids(), f"the {self.vantage} node's processes to end")
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Cluster:
                 raise RuntimeError(f"ray start exited: {logfile.read_text()[-2000:]}")
             return "Ray runtime started" in logfile.read_text(errors="replace")
 
-        wait_for(started, 90, f"the {vantage} node to start", interval_s=0.25)
+        wait_for(started, f"the {vantage} node to start", interval_s=0.25)
         return node
 
     def head(self, vantage: str, env: Mapping[str, str] | None = None) -> Node:

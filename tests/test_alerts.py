@@ -1,4 +1,4 @@
-"""Webhook alerts (rtax.alerts) against a real HTTP receiver on 127.0.0.1: one alert per
+"""Webhook alerts (rtax.service.alerts) against a real HTTP receiver on 127.0.0.1: one alert per
 incident event, a receiver that is down (refused, then 500s) gets it later, a restart still
 delivers, the back-off follows the injected clock, the body is Slack-shaped and scrubbed, and a
 hanging receiver never holds up storing rollouts."""
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from polling import wait_for
-from rtax import alerts, monitor, redaction
-from rtax.rules import Alerts, Detection, Rule
-from rtax.store import Store
+from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.core import redaction
+from rtax.service import alerts, detection
+from rtax.store.database import Store
 from tests.factories import make_record
 from webhook import Receiver
 
@@ -40,13 +41,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _slow(store: Store, i: int, ttfc: float, settings: Alerts) -> monitor.Report:
+def _slow(store: Store, i: int, ttfc: float, settings: Alerts) -> detection.Report:
     """Store rollout `i` (a minute apart) and run a detection pass at its start."""
     start = T0 + timedelta(minutes=i)
     store.save_rollout(
-        make_record(f"r{i}", started_at=monitor.stamp(start), time_to_first_command_s=ttfc)
+        make_record(f"r{i}", started_at=detection.stamp(start), time_to_first_command_s=ttfc)
     )
-    return monitor.check(store, Detection(), settings, start, delivering=True)
+    return detection.check(store, Detection(), settings, start, delivering=True)
 
 
 class Clock:
@@ -92,22 +93,18 @@ def test_a_receiver_that_is_down_gets_the_alert_when_it_comes_back(
     notifier.start()
     try:
         notifier.wake()
-        wait_for(
-            lambda: store.open_incidents()[0]["alert_attempts"] >= 2, 10, "two refused attempts"
-        )
-        (incident,) = store.open_incidents()
+        wait_for(lambda: store.incidents.open()[0]["alert_attempts"] >= 2, "two refused attempts")
+        (incident,) = store.incidents.open()
         assert incident["alert_open"] == "pending"
         assert "Connection refused" in incident["alert_error"]
         receiver = Receiver(port)
         try:
             receiver.status = 500
-            wait_for(lambda: receiver.requests >= 2, 10, "two 500s")
-            wait_for(
-                lambda: store.open_incidents()[0]["alert_error"] == "HTTP 500", 10, "a 500 kept"
-            )
+            wait_for(lambda: receiver.requests >= 2, "two 500s")
+            wait_for(lambda: store.incidents.open()[0]["alert_error"] == "HTTP 500", "a 500 kept")
             receiver.status = 200
-            wait_for(lambda: receiver.bodies, 10, "the alert delivered")
-            wait_for(lambda: store.open_incidents()[0]["alert_open"] == "sent", 10, "marked sent")
+            wait_for(lambda: receiver.bodies, "the alert delivered")
+            wait_for(lambda: store.incidents.open()[0]["alert_open"] == "sent", "marked sent")
             assert len(receiver.bodies) == 1 and receiver.bodies[0]["event"] == "opened"
         finally:
             receiver.close()
@@ -121,14 +118,14 @@ def test_a_pending_alert_survives_a_restart(store: Store, db_path: Path) -> None
     first = alerts.Notifier(db_path, settings, f"http://127.0.0.1:{port}/hook")
     _slow(store, 0, 5.0, settings)
     first.start()
-    wait_for(lambda: store.open_incidents()[0]["alert_attempts"] >= 1, 10, "a refused attempt")
+    wait_for(lambda: store.incidents.open()[0]["alert_attempts"] >= 1, "a refused attempt")
     first.stop()
     receiver = Receiver(port)
     try:
         second = alerts.Notifier(db_path, settings, receiver.url)
         second.start()  # a new scheduler: it finds the pending alert in the database
         try:
-            wait_for(lambda: receiver.bodies, 10, "the alert delivered after the restart")
+            wait_for(lambda: receiver.bodies, "the alert delivered after the restart")
         finally:
             second.stop()
         assert len(receiver.bodies) == 1
@@ -145,12 +142,12 @@ def test_retries_back_off_on_the_injected_clock(store: Store, db_path: Path) -> 
     gaps = []
     for _ in range(4):
         notifier.deliver_due(store)
-        (incident,) = store.open_incidents()
+        (incident,) = store.incidents.open()
         due = datetime.fromisoformat(incident["alert_next_at"]).timestamp()
         gaps.append(due - clock.t)
         clock.t = due - 0.5
         notifier.deliver_due(store)  # not yet due: no attempt
-        assert store.open_incidents()[0]["alert_attempts"] == incident["alert_attempts"]
+        assert store.incidents.open()[0]["alert_attempts"] == incident["alert_attempts"]
         clock.t = due
     assert gaps == [5, 10, 12, 12]
 
@@ -162,7 +159,7 @@ def test_a_suppressed_alert_is_never_posted(store: Store, db_path: Path, receive
         _slow(store, i, ttfc, settings)
         notifier.deliver_due(store)
     assert [b["event"] for b in receiver.bodies] == ["opened", "resolved"]
-    assert store.incidents()["alert_open"].tolist() == ["suppressed", "sent"]
+    assert store.incidents.read()["alert_open"].tolist() == ["suppressed", "sent"]
 
 
 def test_secrets_are_scrubbed_from_the_body(
@@ -172,7 +169,7 @@ def test_secrets_are_scrubbed_from_the_body(
     monkeypatch.setenv("RTAX_TEST_HOOK", f"{receiver.url}?token={secret}")
     url = alerts.webhook_url(Alerts(webhook_env="RTAX_TEST_HOOK"))
     assert url and secret in url and secret in redaction.held()
-    store.add_incident(
+    store.incidents.add(
         {
             "series": "local T0 S=0 exec real",
             "substrate": "local",
@@ -183,8 +180,8 @@ def test_secrets_are_scrubbed_from_the_body(
             "metric": "time_to_first_command",
             "rule": "slow",
             "detector": "threshold",
-            "start": monitor.stamp(T0),
-            "opened_at": monitor.stamp(T0),
+            "start": detection.stamp(T0),
+            "opened_at": detection.stamp(T0),
             "detail": f"the API said: bad token {secret}",
             "alert_open": "pending",
         }
@@ -205,14 +202,14 @@ def test_a_hanging_receiver_never_holds_up_storing_and_detection(
     _slow(store, 0, 5.0, settings)
     notifier.start()
     try:
-        wait_for(lambda: receiver.requests == 1, 10, "the post in flight")
+        wait_for(lambda: receiver.requests == 1, "the post in flight")
         began = time.monotonic()
         for i in range(1, 6):
             _slow(store, i, 1.0, settings)  # rollouts stored, incidents resolved meanwhile
         assert time.monotonic() - began < 2.0
-        assert store.count("runs") == 6
+        assert store.runs.count() == 6
         receiver.hold.set()
-        wait_for(lambda: len(receiver.bodies) == 2, 10, "opened, then resolved")
+        wait_for(lambda: len(receiver.bodies) == 2, "opened, then resolved")
         assert [b["event"] for b in receiver.bodies] == ["opened", "resolved"]
     finally:
         notifier.stop()

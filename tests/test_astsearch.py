@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rtax.tools import astsearch
+from rtax.assets.tools import astsearch
 
 TOOL = Path(astsearch.__file__)
 

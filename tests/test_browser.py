@@ -17,10 +17,11 @@ import pytest
 from playwright.sync_api import expect
 
 import rtax
-from browser import ROOT, chromium, dashboard
+from browser import ROOT, chromium, dashboard, new_page
 from factories import make_record
+from polling import deadline_s
 from rtax.dashboard import explore
-from rtax.store import Store
+from rtax.store.database import Store
 
 #: url path -> (title, minimum number of Plotly charts on a seeded database)
 PAGES = {
@@ -60,7 +61,7 @@ def seeded_db(tmp_path_factory) -> Path:
             "--quiet",
         ],
         check=True,
-        timeout=300,
+        timeout=deadline_s(300),
     )
     # real load runs on the floor: a sequential baseline, a burst of 20, a staggered ramp
     for shape in (["--shape", "sequential", "-n", "3"], ["-n", "20"],
@@ -68,11 +69,11 @@ def seeded_db(tmp_path_factory) -> Path:
         subprocess.run(
             [sys.executable, "-m", "rtax", "burst", *shape, "--db", str(path), "--quiet"],
             check=True,
-            timeout=300,
+            timeout=deadline_s(300),
         )
     with Store(path) as store:
         # the seeded series ran the floor's toolchain, so they are comparable to it
-        floor = store.floor_toolchain()
+        floor = store.runs.floor_toolchain()
         assert floor is not None, "the local probe recorded no toolchain"
         for i, (sub, tier, steps, ep) in enumerate(
             [
@@ -117,106 +118,95 @@ def artifacts() -> Path:
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "overview")
 def test_page_renders(browser, server: str, artifacts: Path, path: str) -> None:
     title, charts = PAGES[path]
-    page = browser.new_page(viewport={"width": 1400, "height": 1600})
-    try:
+    with new_page(browser, viewport={"width": 1400, "height": 1600}) as page:
         page.goto(f"{server}/{path}")
-        page.get_by_role("heading", name=title, level=1).wait_for(timeout=60_000)
+        page.get_by_role("heading", name=title, level=1).wait_for()
         if charts:
-            page.locator(".js-plotly-plot").nth(charts - 1).wait_for(timeout=60_000)
+            page.locator(".js-plotly-plot").nth(charts - 1).wait_for()
         page.wait_for_load_state("networkidle")
         name = path or "overview"
         page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator(".js-plotly-plot").count() >= charts
-    finally:
-        page.close()
 
 
 def test_filter_survives_navigation(browser, server: str) -> None:
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    try:
+    with new_page(browser, viewport={"width": 1400, "height": 1200}) as page:
         page.goto(server)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for()
         tiers = page.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
         tiers.locator("input").click()
         page.get_by_role("option", name="T2").click()
         page.keyboard.press("Escape")
-        page.get_by_text("tiers: T2").wait_for(timeout=15_000)
+        page.get_by_text("tiers: T2").wait_for()
         page.get_by_role("link", name="Decomposition").click()
-        page.get_by_role("heading", name="Decomposition", level=1).wait_for(timeout=60_000)
-        assert tiers.get_by_text("T2").count() >= 1  # the chip is still there
+        page.get_by_role("heading", name="Decomposition", level=1).wait_for()
+        expect(tiers.get_by_text("T2").first).to_be_attached()  # the chip is still there
         page.get_by_role("link", name="Overview").click()
-        page.get_by_text("tiers: T2").wait_for(timeout=15_000)
-    finally:
-        page.close()
+        page.get_by_text("tiers: T2").wait_for()
 
 
 def test_download_csv(browser, server: str, seeded_db: Path, tmp_path: Path) -> None:
-    page = browser.new_page(accept_downloads=True)
-    try:
+    with new_page(browser, accept_downloads=True) as page:
         page.goto(f"{server}/data")
         button = page.get_by_role("button", name="Download runs (CSV)")
-        button.wait_for(timeout=60_000)
-        with page.expect_download(timeout=60_000) as info:
+        button.wait_for()
+        with page.expect_download() as info:
             button.click()
         target = tmp_path / "runs.csv"
         info.value.save_as(target)
-    finally:
-        page.close()
     frame = pd.read_csv(target)
     with Store(seeded_db, create=False) as store:
-        assert len(frame) == store.count("runs")
+        assert len(frame) == store.runs.count()
     assert frame["run_id"].is_unique
 
 
 def test_capacity_shows_the_envelope(browser, server: str, seeded_db: Path, artifacts) -> None:
-    """The envelope of the real load runs, as `rtax.envelope` fits them from the file."""
-    from rtax import envelope
+    """The envelope of the real load runs, as `rtax.analysis.envelope` fits them from the file."""
+    from rtax.analysis import envelope
 
     with Store(seeded_db, create=False) as store:
-        loads = store.load_runs()
+        loads = store.loads.read()
         fitted = envelope.fit(
-            envelope.points(loads, store.load_rollouts(list(loads["load_id"])))
+            envelope.points(loads, store.loads.rollouts(list(loads["load_id"])))
         ).iloc[0]
     held = fitted["held_concurrency"]
-    page = browser.new_page(viewport={"width": 1400, "height": 2400})
-    try:
+    with new_page(browser, viewport={"width": 1400, "height": 2400}) as page:
         page.goto(f"{server}/capacity")
-        page.get_by_role("heading", name="Envelope").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Envelope").wait_for()
         metric = page.get_by_test_id("stMetric").filter(has_text="local T0: concurrency held")
-        metric.wait_for(timeout=60_000)
+        metric.wait_for()
         value = metric.get_by_test_id("stMetricValue").inner_text()
         assert value == ("none" if held != held else f"{held:g}")
-        page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)
+        page.locator(".js-plotly-plot").nth(1).wait_for()
         assert page.get_by_text("p95 bound").count() >= 1  # the bound drawn in the chart
         page.wait_for_load_state("networkidle")
         page.screenshot(path=str(artifacts / "capacity-envelope.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
-    finally:
-        page.close()
 
 
 def test_no_deployment_controls_and_a_footer(browser, server: str, seeded_db: Path) -> None:
     """A monitoring tool's toolbar: no "Deploy" button; under the page, the database, the
     newest run's age and the rtax version."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    try:
+    with new_page(browser, viewport={"width": 1400, "height": 1200}) as page:
         page.goto(f"{server}/cold_start")
-        page.get_by_role("heading", name="Cold start", level=1).wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Cold start", level=1).wait_for()
         footer = page.get_by_text(f"Database {seeded_db}")
-        footer.wait_for(timeout=30_000)
+        footer.wait_for()
         assert "newest run" in footer.inner_text() and f"rtax {rtax.__version__}" in (
             footer.inner_text()
         )
-        page.get_by_test_id("stHeader").wait_for(timeout=30_000)
+        page.get_by_test_id("stHeader").wait_for()
         assert page.get_by_test_id("stAppDeployButton").count() == 0
         assert page.get_by_role("button", name="Deploy").count() == 0
-    finally:
-        page.close()
 
 
-def _thumb_value(page, key: str) -> str:
-    return page.locator(f".st-key-{key} [data-testid=stSliderThumbValue]").inner_text()
+# What the projection test reads, as locators: every read is a retrying `expect(...)`, since a
+# rerun redraws the page piece by piece (a stale chart stays beside the new one for a moment).
+
+
+def _thumb(page, key: str):
+    return page.locator(f".st-key-{key} [data-testid=stSliderThumbValue]")
 
 
 def _drag_slider(page, key: str, options: int, to_index: int) -> None:
@@ -234,13 +224,12 @@ def _drag_slider(page, key: str, options: int, to_index: int) -> None:
     page.mouse.up()
 
 
-def _metric(page, label: str) -> str:
-    found = page.get_by_test_id("stMetric").filter(has_text=label)
-    return found.get_by_test_id("stMetricValue").inner_text()
+def _metric(page, label: str):
+    return page.get_by_test_id("stMetric").filter(has_text=label).get_by_test_id("stMetricValue")
 
 
-def _bars(page) -> list[str]:
-    return page.locator(".js-plotly-plot text.bartext").all_text_contents()
+def _bars(page):
+    return page.locator(".js-plotly-plot text.bartext")
 
 
 def test_a_projection_slider_moved_with_the_mouse_and_a_link_that_reproduces_the_view(
@@ -250,80 +239,66 @@ def test_a_projection_slider_moved_with_the_mouse_and_a_link_that_reproduces_the
     docker takes 944 worker-hours and local 722 more; dragged to 10 M, 9,444 and 7,222. The
     footer's link, opened in a new page on a freshly started server (whose first request it
     is), shows the same filters, inputs and figures."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1600})
-    try:
+    with new_page(browser, viewport={"width": 1400, "height": 1600}) as page:
         page.goto(f"{server}/projection?proj_steps=50")
-        page.get_by_role("heading", name="Projection", level=1).wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Projection", level=1).wait_for()
         tiers = page.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
         tiers.locator("input").click()  # a sidebar filter, chosen by hand
         page.get_by_role("option", name="T2").click()
         page.keyboard.press("Escape")
         extra = "Extra hours of the slowest over the best, real"
         expect(page.get_by_test_id("stMetric").filter(has_text=extra)).to_contain_text("722 h")
-        assert (
-            _bars(page) == ["944 h", "1,667 h"]
-            and _thumb_value(page, "proj_trajectories__slider") == "1 M"
-        )
+        expect(_bars(page)).to_have_text(["944 h", "1,667 h"])
+        expect(_thumb(page, "proj_trajectories__slider")).to_have_text("1 M", use_inner_text=True)
 
         options = len(explore.log_values(1_000, 100_000_000))
         _drag_slider(page, "proj_trajectories__slider", options, to_index=16)  # 10 M
         box = page.locator(".st-key-proj_trajectories input")
-        expect(box).to_have_value("10000000", timeout=30_000)  # the exact box follows
-        expect(page.get_by_test_id("stMetric").filter(has_text=extra)).to_contain_text(
-            "7,222 h", timeout=30_000
-        )
-        assert _thumb_value(page, "proj_trajectories__slider") == "10 M"
+        expect(box).to_have_value("10000000")  # the exact box follows
+        expect(page.get_by_test_id("stMetric").filter(has_text=extra)).to_contain_text("7,222 h")
+        expect(_thumb(page, "proj_trajectories__slider")).to_have_text("10 M", use_inner_text=True)
         # the whole list, retried until the rerun's chart has replaced the old one (its stale
         # bars stay in the page for a moment beside the new ones)
-        expect(page.locator(".js-plotly-plot text.bartext")).to_have_text(
-            ["9,444 h", "16,667 h"], timeout=30_000
-        )
-        assert page.get_by_text("What changed: worker-hours of docker 944 h → 9,444 h").count()
+        expect(_bars(page)).to_have_text(["9,444 h", "16,667 h"])
+        changed = page.get_by_text("What changed: worker-hours of docker 944 h → 9,444 h")
+        expect(changed.first).to_be_attached()
 
         link = page.get_by_test_id("stCode").last
-        expect(link).to_contain_text("proj_trajectories=10000000", timeout=30_000)
+        expect(link).to_contain_text("proj_trajectories=10000000")
         copied = link.inner_text().strip()
-    finally:
-        page.close()
     assert copied.startswith(f"{server}/projection?")
     assert {"f_tiers=T2", "proj_steps=50", "proj_trajectories=10000000"} <= set(
         copied.split("?", 1)[1].split("&")
     )
-    with dashboard({"RTAX_DB": str(seeded_db)}) as fresh:
-        again = browser.new_page(viewport={"width": 1400, "height": 1600})
-        try:
-            again.goto(copied.replace(server, fresh))
-            again.get_by_role("heading", name="Projection", level=1).wait_for(timeout=60_000)
-            expect(again.locator(".st-key-proj_trajectories input")).to_have_value(
-                "10000000", timeout=60_000
-            )
-            expect(again.locator(".st-key-proj_steps input")).to_have_value("50")
-            assert _thumb_value(again, "proj_trajectories__slider") == "10 M"
-            tiers = again.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
-            expect(tiers).to_contain_text("T2")  # the sidebar's filter came with the link
-            assert _metric(again, extra) == "7,222 h"
-            assert _bars(again) == ["9,444 h", "16,667 h"]
-        finally:
-            again.close()
+    with (
+        dashboard({"RTAX_DB": str(seeded_db)}) as fresh,
+        new_page(browser, viewport={"width": 1400, "height": 1600}) as again,
+    ):
+        again.goto(copied.replace(server, fresh))
+        again.get_by_role("heading", name="Projection", level=1).wait_for()
+        expect(again.locator(".st-key-proj_trajectories input")).to_have_value("10000000")
+        expect(again.locator(".st-key-proj_steps input")).to_have_value("50")
+        expect(_thumb(again, "proj_trajectories__slider")).to_have_text("10 M", use_inner_text=True)
+        tiers = again.get_by_test_id("stMultiSelect").filter(has_text="Tiers")
+        expect(tiers).to_contain_text("T2")  # the sidebar's filter came with the link
+        expect(_metric(again, extra)).to_have_text("7,222 h", use_inner_text=True)
+        expect(_bars(again)).to_have_text(["9,444 h", "16,667 h"])
 
 
 def test_a_snapshot_of_the_table_in_view(browser, server: str, tmp_path: Path) -> None:
     """The Overview opened on a link with a tier chosen: its table's snapshot is named by the
     filters and holds the raw machine columns at full precision (docker's one T2 S=10 episode
     of 1.4 s is 1.4, not the grid's "1.40 s")."""
-    page = browser.new_page(accept_downloads=True, viewport={"width": 1400, "height": 1600})
-    try:
+    with new_page(browser, accept_downloads=True, viewport={"width": 1400, "height": 1600}) as page:
         page.goto(f"{server}/?f_tiers=T2")
-        page.get_by_text("tiers: T2").first.wait_for(timeout=60_000)
-        page.get_by_test_id("stDataFrame").first.wait_for(timeout=30_000)
+        page.get_by_text("tiers: T2").first.wait_for()
+        page.get_by_test_id("stDataFrame").first.wait_for()
         button = page.get_by_role("button", name="Download this table (CSV)").first
-        with page.expect_download(timeout=60_000) as info:
+        with page.expect_download() as info:
             button.click()
         assert info.value.suggested_filename == "rtax-overview-all-time-T2.csv"
         target = tmp_path / info.value.suggested_filename
         info.value.save_as(target)
-    finally:
-        page.close()
     frame = pd.read_csv(target)
     assert set(frame["tier"]) == {"T2"}
     assert {"ttfc_p50_s", "episode_p50_s", "episode_n", "last_probe_age_s"} <= set(frame.columns)

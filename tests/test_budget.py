@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from factories import make_record
-from rtax import budget, config
-from rtax.config import ConfigError, SubstrateConfig
-from rtax.store import Store
+from rtax.service import budget
+from rtax.settings import ConfigError, SubstrateConfig, config
+from rtax.store.database import Store
 
 
 def _conf(**kw) -> SubstrateConfig:
@@ -39,7 +39,7 @@ def test_store_spend_sums_wall_time_per_substrate_since(db_path: Path) -> None:
         store.save_rollout(
             make_record("d", substrate="ec2", wall_s=600.0, started_at="2024-01-01T00:00:00+00:00")
         )
-        spend = store.spend(since="2025-01-01T00:00:00+00:00")
+        spend = store.runs.spend(since="2025-01-01T00:00:00+00:00")
     assert budget.spent(spend, "ec2") == (3, pytest.approx(2.0))
     assert budget.spent(spend, "absent") == (0, 0.0)
 
@@ -48,7 +48,7 @@ def test_spend_table_lists_configured_and_unconfigured_substrates(db_path: Path)
     with Store(db_path) as store:
         store.save_rollout(make_record("a", substrate="ec2", wall_s=120.0, fidelity="emulated"))
         store.save_rollout(make_record("b", substrate="local", wall_s=6.0))
-        spend = store.spend()
+        spend = store.runs.spend()
     configured = {
         "ec2": SubstrateConfig("ec2", "ec2", max_env_minutes_per_day=2.0),
         "daytona": SubstrateConfig("daytona", "daytona", max_rollouts_per_day=5),

@@ -1,4 +1,4 @@
-"""Change-point detection (rtax.changepoint) on synthetic series worked out by hand."""
+"""Change-point detection (rtax.analysis.changepoint) on synthetic series worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rtax.changepoint import Binseg, detect, log_seconds, noise
+from rtax.analysis.changepoint import Binseg, detect, log_seconds, noise
 
 LATENCY = Binseg()
 SUCCESS = Binseg(min_sigma=0.25, robust=False)

@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from polling import DEADLINE_S
 from rtax import cli
-from rtax.fixtures import Fixture
+from rtax.assets.attrs import Fixture
 
 
 @pytest.fixture(autouse=True)
@@ -241,7 +242,7 @@ def test_no_traceback_reaches_stderr_of_the_process(tmp_path: Path, argv: list[s
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=DEADLINE_S,
         check=False,
     )
     assert proc.returncode == 2, proc.stderr
@@ -331,10 +332,10 @@ def test_probe_a_substrate_named_in_the_configuration(
         capsys,
     )
     assert code == 0, err
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["substrate"]) == ["scratch"] and list(runs["status"]) == ["ok"]
     assert roots.is_dir()  # the configured parameter was used
 

@@ -14,8 +14,9 @@ from typing import Any
 import requests
 from requests.adapters import BaseAdapter
 
+from polling import DEADLINE_S, joined
 from rtax.substrates.base import Environment
-from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.docker.substrate import DockerSubstrate
 
 DEFAULT_S = 3600.0
 CREATE_S = 120.0
@@ -48,7 +49,7 @@ class Engine(BaseAdapter):
     def _answer(self, method: str, path: str) -> tuple[int, Any]:
         if method == "POST" and path == "/containers/create":
             self.create_sent.set()
-            assert self.release_create.wait(10), "the create was never released"
+            assert self.release_create.wait(DEADLINE_S), "the create was never released"
             return 201, {"Id": "c2"}
         if method == "POST" and path == "/containers/c1/start":
             return 204, None
@@ -83,7 +84,7 @@ def test_threads_sharing_a_docker_client_keep_their_own_call_timeouts(docker_api
     b = threading.Thread(target=creating, name="B")
     b.start()
     try:
-        assert engine.create_sent.wait(10)
+        assert engine.create_sent.wait(DEADLINE_S), "B's create was never sent"
         # A, meanwhile: a start bounded by 7 s, its polls (the client's default), a removal
         # bounded by 5 s and its verification.
         env = Environment(env_id="c1", run_id="r1", handle={"id": "c1"})
@@ -91,7 +92,7 @@ def test_threads_sharing_a_docker_client_keep_their_own_call_timeouts(docker_api
         sub.destroy(env, 5)
     finally:
         engine.release_create.set()
-        b.join(10)
+        joined(b, "B's create")
     assert not failures
     sub.leftovers()  # after both: the client's default is what it was made with
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, emulation
-from rtax.compose import ComposeError, Composition, action_mode
-from rtax.fixtures import Fixture
-from rtax.probe import HarnessError
+from polling import DEADLINE_S
+from rtax import emulation
+from rtax.assets.attrs import Fixture
+from rtax.compose import ComposeError, Composition
+from rtax.core.failures import HarnessError
+from rtax.settings import config
 from rtax.substrates import UnknownSubstrate
 from rtax.substrates.local import LocalSubstrate
 
@@ -46,7 +48,7 @@ def test_a_configured_name_is_built_with_its_parameters(tmp_path: Path, monkeypa
         sub = composition.substrate("scratch")
         assert isinstance(sub, LocalSubstrate) and (sub.name, sub.kind) == ("scratch", "local")
         assert sub.root == roots and sub.shell == "/bin/bash"  # `*_env` read from the environment
-        assert action_mode(sub) == "exec"  # a kind without modes acts in exec mode
+        assert sub.mode == "exec"  # a kind without modes acts in exec mode
 
 
 def test_a_builtin_name_needs_no_configuration_entry(tmp_path: Path) -> None:
@@ -134,7 +136,7 @@ def test_an_unknown_or_unbuildable_name_is_one_clear_error(tmp_path: Path) -> No
 
 
 def _answers(url: str) -> bool:
-    done = subprocess.run(["git", "ls-remote", url], capture_output=True, timeout=30)
+    done = subprocess.run(["git", "ls-remote", url], capture_output=True, timeout=DEADLINE_S)
     return done.returncode == 0
 
 

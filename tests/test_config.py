@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rtax import cli, config
-from rtax.paths import checkout_root
+from rtax import cli
+from rtax.core import checks
+from rtax.core.paths import checkout_root
+from rtax.settings import MetricsSettings, config
 from rtax.substrates.pool import PoolSettings
 
 GOOD = """
@@ -47,13 +49,13 @@ def test_good_file_and_relative_database(tmp_path: Path) -> None:
     assert conf.database == tmp_path / "x.db"
     assert conf.plans[0].interval_s == 600
     # /metrics is on by default, on loopback only (docs/metrics.md)
-    assert conf.metrics == config.MetricsSettings(enabled=True, address="127.0.0.1", port=9470)
+    assert conf.metrics == MetricsSettings(enabled=True, address="127.0.0.1", port=9470)
 
 
 def test_metrics_table(tmp_path: Path) -> None:
     file = tmp_path / "c.toml"
     file.write_text(GOOD + "[metrics]\nenabled = false\naddress = '0.0.0.0'\nport = 0\n")
-    assert config.load(file).metrics == config.MetricsSettings(False, "0.0.0.0", 0)
+    assert config.load(file).metrics == MetricsSettings(False, "0.0.0.0", 0)
 
 
 @pytest.mark.parametrize(
@@ -187,7 +189,7 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_durations() -> None:
-    assert [config.duration(v) for v in (5, "90s", "10m", "1.5h", "2d", "250ms")] == [
+    assert [checks.duration(v) for v in (5, "90s", "10m", "1.5h", "2d", "250ms")] == [
         5.0,
         90.0,
         600.0,
@@ -196,7 +198,7 @@ def test_durations() -> None:
         0.25,
     ]
     with pytest.raises(ValueError):
-        config.duration("soon")
+        checks.duration("soon")
 
 
 def test_env_var_parameters_are_names_not_values(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Every dashboard page under Streamlit's AppTest, on an empty and on a seeded database: no
-exception, and the numbers shown are what `rtax.stats` / `rtax.projection` compute."""
+exception, and the numbers shown are what `rtax.analysis.stats` / `rtax.planning.projection`
+compute."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
-from rtax import projection, reference, stats
+from polling import DEADLINE_S
+from rtax.analysis import stats
 from rtax.dashboard import data, format, tables
-from rtax.store import Store
+from rtax.planning import projection, published
+from rtax.store.database import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
@@ -80,7 +83,7 @@ def seeded(tmp_path_factory) -> Path:
 def _app(db: Path, monkeypatch: pytest.MonkeyPatch, page: str | None = None) -> AppTest:
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.run()
     if page:
         at.switch_page(page)
@@ -113,7 +116,7 @@ def test_empty_overview_says_how_to_get_data(tmp_path: Path, monkeypatch) -> Non
 
 def _runs(db: Path) -> pd.DataFrame:
     with Store(db, create=False) as store:
-        return stats.add_series(store.runs())
+        return stats.add_series(store.runs.read())
 
 
 def test_overview_numbers_equal_stats(seeded: Path, monkeypatch) -> None:
@@ -164,7 +167,7 @@ def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     assert any("kubernetes [emulated]" in w.value for w in at.warning)
     scenarios = at.dataframe[1].value
     assert [round(h) for h in scenarios["model_hours"]] == [
-        s.published_hours for s in reference.SCENARIOS
+        s.published_hours for s in published.SCENARIOS
     ]
     # moving the inputs moves the answer, linearly
     at.number_input(key="proj_trajectories").set_value(2_000_000).run()
@@ -200,7 +203,7 @@ def _opened(db: Path, monkeypatch: pytest.MonkeyPatch, link: str) -> AppTest:
     """The app opened on `link` (a path and its query), as a browser would."""
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     parts = urlsplit(link)
     for key, values in parse_qs(parts.query).items():
         at.query_params[key] = values
@@ -305,7 +308,7 @@ def test_filters_survive_page_changes(seeded: Path, monkeypatch) -> None:
     here; the browser test clicks the real widget.)"""
     monkeypatch.setenv("RTAX_DB", str(seeded))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.session_state["f_tiers"] = ["T2"]
     at.run()
     assert at.multiselect(key="f_tiers").value == ["T2"]
@@ -342,7 +345,7 @@ def test_window_filter(seeded: Path) -> None:
 
 
 def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
-    from rtax import retention
+    from rtax.store import retention
 
     db = tmp_path / "folded.db"
     old = NOW - timedelta(days=40)
@@ -357,7 +360,7 @@ def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
             store.save_rollout(record)
         store.save_rollout(_record(99, "docker", "T0", 0, 0.3))
         retention.fold(store, older_than_days=30, now=NOW)
-        assert store.count("runs") == 1
+        assert store.runs.count() == 1
     at = _app(db, monkeypatch)
     _ok(at, "Overview")
     # One table over raw and folded history alike (the store's summaries cover both), and
@@ -376,7 +379,7 @@ def test_overview_shows_rolled_up_history(tmp_path: Path, monkeypatch) -> None:
 
 def test_overview_shows_todays_spend_beside_budgets(tmp_path: Path, monkeypatch) -> None:
     """The overview's spend table is the store's spend since midnight UTC beside the configured
-    budgets, with the scheduler's own verdict (rtax.budget)."""
+    budgets, with the scheduler's own verdict (rtax.service.budget)."""
     db = tmp_path / "spend.db"
     now = datetime.now(UTC)
     with Store(db) as store:
@@ -448,7 +451,7 @@ def test_a_series_on_another_toolchain_is_marked_and_left_out_of_the_spread(
     # opted in (through session state, set before the first run: AppTest drops the
     # entrypoint's sidebar from its tree after it)
     st.cache_data.clear()
-    opted = AppTest.from_file(APP, default_timeout=60)
+    opted = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     opted.session_state["f_incomparable"] = True
     opted.run()
     opted.switch_page("pages/cold_start.py").run()
@@ -661,7 +664,7 @@ def test_the_same_substrate_from_two_vantages_is_compared_and_filtered(
     assert seen["ttfc_vs_nearest"].tolist() == pytest.approx([1.0, 3.0])
     assert seen["ttfc_n"].tolist() == [2, 3]
     st.cache_data.clear()
-    only = AppTest.from_file(APP, default_timeout=60)
+    only = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     only.session_state["f_vantages"] = ["us"]
     only.run()
     assert set(only.dataframe[0].value["series"]) == {"docker @ us"}

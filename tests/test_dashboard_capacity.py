@@ -1,6 +1,6 @@
 """The Capacity page under Streamlit's AppTest, on load runs with known figures: the envelope it
-shows is `rtax.envelope`'s on the stored rows and the hand-worked one, the launch-order profile
-draws each launch, and a saturated client is called out."""
+shows is `rtax.analysis.envelope`'s on the stored rows and the hand-worked one, the launch-order
+profile draws each launch, and a saturated client is called out."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
-from rtax import envelope
-from rtax.loadplan import Bounds
-from rtax.store import Store
+from polling import DEADLINE_S
+from rtax.analysis import envelope
+from rtax.settings.loads import Bounds
+from rtax.store.database import Store
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NOW = datetime.now(UTC)
@@ -24,7 +25,7 @@ NOW = datetime.now(UTC)
 def _load(store: Store, load_id: str, shape: str, concurrency: int, ttfcs, failures=(), **fig):
     started = (NOW - timedelta(minutes=10 - concurrency / 10)).isoformat()
     n = len(ttfcs) + len(failures)
-    store.begin_load_run(
+    store.loads.begin(
         {"load_id": load_id, "name": None, "substrate": "docker", "kind": "docker",
          "mode": "exec", "fidelity": "real", "tier": "T0", "steps": 0, "shape": shape, "n": n,
          "every_s": 0.25 if shape == "staggered" else None, "started_at": started}
@@ -43,7 +44,7 @@ def _load(store: Store, load_id: str, shape: str, concurrency: int, ttfcs, failu
     figures = {"status": "complete", "rollouts": n, "ok": len(ttfcs), "ready": len(ttfcs),
                "concurrency": concurrency, "failures": "{}", "harness_cpu_cores": 0.1,
                "dispatch_lag_p50_s": 0.001, "dispatch_lag_max_s": 0.002, **fig}  # fmt: skip
-    store.finish_load_run(load_id, figures)
+    store.loads.finish(load_id, figures)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def loaded(tmp_path_factory) -> Path:
 def _page(db: Path, monkeypatch) -> AppTest:
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.run()
     at.switch_page("pages/capacity.py").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -76,9 +77,9 @@ def test_the_envelope_shown_is_the_fit_of_the_stored_rows(loaded: Path, monkeypa
     assert (metric.value, metric.delta) == ("10", "breaks at 20")  # worked out by hand
     shown = at.dataframe[0].value.iloc[0]
     with Store(loaded, read_only=True) as store:
-        loads = store.load_runs()
+        loads = store.loads.read()
         fitted = envelope.fit(
-            envelope.points(loads, store.load_rollouts(list(loads["load_id"]))), Bounds()
+            envelope.points(loads, store.loads.rollouts(list(loads["load_id"]))), Bounds()
         ).iloc[0]
     for column in ("p95_limit_s", "held_concurrency", "break_concurrency", "held_creates_per_s"):
         assert shown[column] == pytest.approx(fitted[column])

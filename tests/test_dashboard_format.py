@@ -11,8 +11,10 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from rtax import budget, projection, status, timeline
+from rtax.analysis import status, timeline
 from rtax.dashboard import board, explore, filters, fleet, footer, format, style, tables
+from rtax.planning import projection
+from rtax.service import budget
 
 NAN = math.nan
 

@@ -19,9 +19,9 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from factories import make_record
-from rtax import migrations
+from polling import DEADLINE_S
 from rtax.dashboard import data
-from rtax.store import Store
+from rtax.store import Store, migrations
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = (
@@ -104,7 +104,7 @@ def _render_every_page(db: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     with ExitStack() as guard:
         patch = guard.enter_context(pytest.MonkeyPatch.context())
         for module, name in SPAWNERS:
@@ -173,7 +173,7 @@ def test_an_older_schema_is_shown_with_a_message_and_never_migrated(
     monkeypatch.setenv("RTAX_DB", str(db))
     for page in PAGES:
         st.cache_data.clear()
-        at = AppTest.from_file(APP, default_timeout=60)
+        at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
         at.run()
         at.switch_page(page)
         at.run()

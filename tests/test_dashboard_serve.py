@@ -8,14 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from rtax import config
+from polling import DEADLINE_S, serving
 from rtax.dashboard import serve
+from rtax.settings import config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +34,7 @@ def _dashboard_command(target: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=DEADLINE_S,
     ).stdout.replace("\\\n", " ")
     return out[out.rindex("TERM;") + len("TERM;") :].strip()
 
@@ -76,25 +75,13 @@ def test_make_serves_the_dashboard_on_loopback_only(tmp_path: Path, target: str)
         start_new_session=True,  # its own group: stopped whole below
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}/_stcore/health", timeout=2
-                ) as answer:
-                    if answer.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the dashboard did not answer within 60 s"
-            time.sleep(0.2)  # polling the health endpoint with a deadline
+        serving(f"http://127.0.0.1:{port}/_stcore/health", f"make {target}", proc, body=b"ok")
         assert _listening(port) == {"127.0.0.1"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # a grace before SIGKILL, not a wait on the test
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 

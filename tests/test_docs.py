@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rtax import record
+from rtax.core import record
 from rtax.substrates import REGISTRY, substrate_class
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,42 +165,45 @@ def test_each_substrate_page_lists_its_constructor_parameters(kind: str) -> None
 
 
 def test_the_data_reference_is_what_the_record_prints() -> None:
-    """docs/data.md carries the field tables that `python -m rtax.record` prints."""
+    """docs/data.md carries the field tables that `python -m rtax.core.record` prints."""
     page = (ROOT / "docs" / "data.md").read_text()
     assert record.reference(record.RUN_FIELDS) in page
     assert record.reference(record.ACTION_FIELDS) in page
 
 
-def _layout_paths() -> set[str]:
-    """The repository paths the README's Layout table names: each row's first cell holds a path
-    and, beside it, file names in the same folder; a package's row (a folder) names its modules
-    in the second cell."""
-    section = (ROOT / "README.md").read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
-    named: set[str] = set()
-    for row in re.findall(r"^\| (.+?) \| (.+?) \|$", section, flags=re.M):
-        paths = re.findall(r"`([^`]+)`", row[0])
-        if not paths:  # the header
-            continue
-        first, *siblings = paths
-        folder = first if first.endswith("/") else first.rpartition("/")[0] + "/" * ("/" in first)
-        named.add(first.rstrip("/"))
-        named |= {folder + name for name in siblings}
-        if first.endswith("/"):
-            named |= {f"{folder}{stem}.py" for stem in re.findall(r"`(\w+)`", row[1])}
-    return named
+def _table(text: str, heading: str) -> list[tuple[str, str]]:
+    """The rows (first cell, second cell) of the first table under `heading`."""
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| (.+?) \| (.+?) \|$", section, flags=re.M)[1:]  # not the header
 
 
-def test_the_layout_table_names_every_module() -> None:
-    """Every module of `rtax/` has its line in the README's Layout table (a package's
-    ``__init__.py`` is covered by any line of its package), and every path it names exists."""
-    named = _layout_paths()
-    assert [path for path in sorted(named) if not (ROOT / path).exists()] == []
-    folders = {path.rpartition("/")[0] for path in named}
-    missing = []
-    for module in sorted((ROOT / "rtax").rglob("*.py")):
-        path = str(module.relative_to(ROOT))
-        package = path.rpartition("/")[0]
-        covered = path in named or (module.name == "__init__.py" and package in folders)
-        if not covered:
-            missing.append(path)
-    assert missing == []
+def _packages() -> set[str]:
+    """rtax's packages (`rtax/core/`) and its top-level modules (`rtax/compose.py`)."""
+    found = {f"rtax/{p.parent.name}/" for p in (ROOT / "rtax").glob("*/__init__.py")}
+    return found | {f"rtax/{p.name}" for p in (ROOT / "rtax").glob("*.py")}
+
+
+def test_the_layout_table_is_one_row_per_package() -> None:
+    """The README's Layout table names every package of `rtax/` and each top-level module,
+    one row each, in at most 20 rows; every path it names exists."""
+    rows = _table((ROOT / "README.md").read_text(), "Layout")
+    assert len(rows) <= 20
+    named = {path for first, _ in rows for path in re.findall(r"`([^`]+)`", first)}
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []
+    assert sorted(_packages() - named) == []
+
+
+def test_the_architecture_names_every_package_and_twenty_features() -> None:
+    """docs/architecture.md's package table covers every package, its "Where is" table at least
+    20 features (each file exists), and its layers are tests/test_layers.py's, in order."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    packages = {re.search(r"`([^`]+)`", first).group(1) for first, _ in _table(text, "Packages")}
+    assert sorted(_packages() - packages - {"rtax/__init__.py", "rtax/__main__.py"}) == []
+    features = _table(text, "Where is")
+    assert len(features) >= 20
+    files = [re.search(r"`([^`]+)`", cell).group(1) for _, cell in features]
+    assert [f for f in files if not (ROOT / f).is_file()] == []
+    from test_layers import LAYERS
+
+    drawn = re.findall(r'^    (\w+)\["', text.split("```mermaid", 1)[1], flags=re.M)
+    assert drawn == [name for name, _ in LAYERS if name != "api"]

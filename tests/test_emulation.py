@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, emulation
-from rtax.config import ConfigError
+from polling import DEADLINE_S, deadline_s, wait_for
+from rtax import emulation
+from rtax.settings import config
+from rtax.settings.config import ConfigError
 
 
 def test_every_emulated_kind_is_a_substrate_kind() -> None:
@@ -103,18 +105,6 @@ def test_the_demo_configuration_is_valid_and_only_emulates_clouds() -> None:
     assert all(c.emulate for c in clouds.values())
 
 
-def _poll(predicate, timeout_s: float, what: str):
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s")
-
-
 @pytest.mark.parametrize("kind", ["kubernetes", "ec2", "daytona"])
 def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
     kind: str, tmp_path: Path, runner_image: str, attrs_fixture, docker_api
@@ -124,7 +114,7 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
     emulated (the failing test fails, then passes after the fix); Ctrl-C removes everything."""
     import signal
 
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     env = {
         **os.environ,
@@ -140,7 +130,7 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
     )
     try:
         state = tmp_path / "emulations.json"
-        _poll(lambda: state.exists() or emulate.poll() is not None, 60, "the state file")
+        wait_for(lambda: state.exists() or emulate.poll() is not None, "the state file")
         assert emulate.poll() is None, "rtax emulate exited before publishing"
         db = tmp_path / "probe.db"
         args = f"probe --substrate {kind} --tier T2 --repeat 3 --db {db}".split()
@@ -149,20 +139,20 @@ def test_rtax_emulate_then_probe_t2_stores_three_ok_emulated_runs(
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=deadline_s(600),
         )
         assert probe.returncode == 0, probe.stderr
         assert f"probing the {kind} emulation" in probe.stderr
         with Store(db, create=False) as store:
-            runs = store.runs()
-            tests = store.actions(phase="action")
+            runs = store.runs.read()
+            tests = store.runs.actions(phase="action")
         tests = tests[tests["category"] == "test"]
         assert list(runs["status"]) == ["ok"] * 3, runs["error_message"].tolist()
         assert set(runs["fidelity"]) == {"emulated"} and set(runs["substrate"]) == {kind}
         assert sorted(tests["exit_code"]) == [0, 0, 0, 1, 1, 1]  # failing, then fixed
     finally:
         emulate.send_signal(signal.SIGINT)
-        out, _ = emulate.communicate(timeout=120)
+        out, _ = emulate.communicate(timeout=DEADLINE_S)
     assert emulate.returncode == 130, out
     assert not (tmp_path / "emulations.json").exists()
     left = docker_api.containers(all=True, filters={"label": f"rtax.substrate={kind}-emulation"})
@@ -174,8 +164,8 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
 ) -> None:
     """`emulate = true`: the scheduler starts the emulation itself, probes it (samples
     labelled emulated), and stops it with itself."""
-    from rtax.scheduler import Prober
-    from rtax.store import Store
+    from rtax.service.scheduler import Scheduler
+    from rtax.store.database import Store
 
     file = tmp_path / "rtax.toml"
     file.write_text(
@@ -185,22 +175,22 @@ def test_scheduler_starts_the_emulation_for_emulate_true(
         '[[plans]]\nname = "p"\nsubstrates = ["k8s"]\ntier = "T0"\ninterval = "1h"\n'
     )
     conf = config.load(file)
-    prober = Prober(conf, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        assert [e.kind for e in prober.emulations] == ["kubernetes"]
+        assert [e.kind for e in scheduler.emulations] == ["kubernetes"]
 
         def runs():
             if not conf.database.exists():
                 return None
             with Store(conf.database, create=False) as store:
-                frame = store.runs()
+                frame = store.runs.read()
             return frame.to_dict("records") or None
 
-        rows = _poll(runs, 120, "a kubernetes run")
+        rows = wait_for(runs, "a kubernetes run")
     finally:
-        prober.stop(wait=True)
-    assert prober.emulations == []
+        scheduler.stop(wait=True)
+    assert scheduler.emulations == []
     assert [(r["fidelity"], r["status"]) for r in rows] == [("emulated", "ok")]
 
 
@@ -209,7 +199,7 @@ def test_an_optional_substrate_whose_emulation_fails_is_skipped(
 ) -> None:
     """A failing probe never takes the monitor down: an optional emulated substrate whose
     emulation can't start is skipped with a warning; a required one stops the start-up."""
-    from rtax.scheduler import Prober
+    from rtax.service.scheduler import Scheduler
 
     def broken(kinds, log=print):
         raise RuntimeError("no Docker engine")
@@ -222,23 +212,23 @@ def test_an_optional_substrate_whose_emulation_fails_is_skipped(
     )
     file = tmp_path / "rtax.toml"
     file.write_text(base.format(optional="optional = true"))
-    prober = Prober(config.load(file), fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(config.load(file), fixture=attrs_fixture)
+    scheduler.start()
     try:
-        assert prober.enabled == {"local": True, "k8s": False}
+        assert scheduler.enabled == {"local": True, "k8s": False}
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     file.write_text(base.format(optional=""))
     with pytest.raises(RuntimeError, match="no Docker engine"):
-        Prober(config.load(file), fixture=attrs_fixture).start()
+        Scheduler(config.load(file), fixture=attrs_fixture).start()
 
 
 def test_emulated_spending_does_not_use_up_a_real_budget(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
     from factories import make_record
-    from rtax.scheduler import Prober
-    from rtax.store import Store
+    from rtax.service.scheduler import Scheduler
+    from rtax.store.database import Store
 
     file = tmp_path / "rtax.toml"
     file.write_text(
@@ -255,6 +245,8 @@ def test_emulated_spending_does_not_use_up_a_real_budget(tmp_path: Path) -> None
                 store.save_rollout(
                     make_record(f"{name}{i}", substrate=name, fidelity="emulated", started_at=now)
                 )
-        prober = Prober(conf)
-        assert prober._over_budget(conf.substrates["ec2"], store) is None
-        assert "3 of 2 rollouts" in prober._over_budget(conf.substrates["ec2-demo"], store)
+        scheduler = Scheduler(conf)
+        assert scheduler.dispatcher.over_budget(conf.substrates["ec2"], store) is None
+        assert "3 of 2 rollouts" in scheduler.dispatcher.over_budget(
+            conf.substrates["ec2-demo"], store
+        )

@@ -11,9 +11,11 @@ import threading
 
 import pytest
 
+from polling import joined
+from rtax.core.failures import CleanupFailed
 from rtax.emulation import backing
 from rtax.emulation.faults import Faults
-from rtax.substrates.base import CleanupFailed, Environment
+from rtax.substrates.base import Environment
 
 
 class _Flaky:
@@ -64,6 +66,6 @@ def test_ec2_terminate_removes_the_container_after_a_failed_first_attempt(
     fleet._instances["i-test"] = Instance("i-test", env=env, online=True)
     fleet.terminate("i-test")
     for thread in list(fleet._threads):
-        thread.join(timeout=30)
+        joined(thread, "the terminated instance's container removal")
     assert flaky.gone == ["c-test"]  # the old fleet gave up after the refused first attempt
     assert flaky.attempts == 2

@@ -16,14 +16,15 @@ from typing import Any
 import pytest
 import ray.exceptions
 
-from polling import wait_for
-from rtax import config, redaction
-from rtax.config import ConfigError, SubstrateConfig
-from rtax.engine import LocalEngine, RolloutSpec, settle
-from rtax.engine_settings import EngineSettings
-from rtax.ray_engine import RayEngine
-from rtax.scheduler import Prober
-from rtax.store import Store
+from polling import DEADLINE_S, wait_for
+from rtax.core import redaction
+from rtax.rollouts.engines.base import RolloutSpec, settle
+from rtax.rollouts.engines.local import LocalEngine
+from rtax.rollouts.engines.ray import RayEngine
+from rtax.service.scheduler import Scheduler
+from rtax.settings import ConfigError, SubstrateConfig, config
+from rtax.settings.engine import EngineSettings
+from rtax.store.database import Store
 from rtax.substrates.local import LocalSubstrate
 
 LOCAL = SubstrateConfig("local", "local")
@@ -80,18 +81,18 @@ def test_the_local_engine_stamps_vantage_and_engine_under_the_chosen_run_id(
             name=entry.name, root=tmp_path / "envs", template=attrs_fixture.template
         )
 
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    engine = prober.engine
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    engine = scheduler.engine
     assert isinstance(engine, LocalEngine)
     spec = RolloutSpec(conf.substrates["local"], "T0", run_id="chosen-before-dispatch")
-    record = engine.submit(spec).result(timeout=60)
+    record = engine.submit(spec).result(timeout=DEADLINE_S)
     assert record is not None and record.ok
     assert (record.run["run_id"], record.run["vantage"]) == ("chosen-before-dispatch", "lab-3")
     assert json.loads(record.run["provenance"])["engine"] == {"kind": "local", "vantage": "lab-3"}
-    prober.save(record)
-    prober.save(record)  # a second outcome of the same run id is not a second row
+    scheduler.save(record)
+    scheduler.save(record)  # a second outcome of the same run id is not a second row
     with Store(conf.database) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["run_id"]) == ["chosen-before-dispatch"]
     assert list(runs["vantage"]) == ["lab-3"]
 
@@ -187,7 +188,7 @@ def test_a_spec_carrying_a_secret_is_refused_before_dispatch(ray_engine) -> None
     engine, fake = ray_engine(["eu"])
     redaction.register("tok-3f9a-very-secret")
     leaky = SubstrateConfig("d", "daytona", {"api_key": "tok-3f9a-very-secret"})
-    record = engine.submit(RolloutSpec(leaky, "T0", vantage="eu")).result(5)
+    record = engine.submit(RolloutSpec(leaky, "T0", vantage="eu")).result(DEADLINE_S)
     assert record is not None and record.run["error_class"] == "harness_error"
     assert fake.submitted == []  # nothing went to the cluster
     named = SubstrateConfig("d", "daytona", {"api_key_env": "DAYTONA_API_KEY"})
@@ -199,7 +200,7 @@ def test_a_spec_carrying_a_secret_is_refused_before_dispatch(ray_engine) -> None
 
 def test_no_node_for_a_vantage_and_a_lost_task_are_engine_errors(ray_engine) -> None:
     engine, fake = ray_engine(["eu"])
-    nowhere = engine.submit(RolloutSpec(LOCAL, "T0", vantage="mars")).result(5)
+    nowhere = engine.submit(RolloutSpec(LOCAL, "T0", vantage="mars")).result(DEADLINE_S)
     assert nowhere.run["error_class"] == "engine_error" and nowhere.run["vantage"] == "mars"
     assert "rtax.io/vantage=mars" in nowhere.run["error_message"]
     assert fake.submitted == []
@@ -207,7 +208,7 @@ def test_no_node_for_a_vantage_and_a_lost_task_are_engine_errors(ray_engine) -> 
     ((options, _, ref),) = fake.submitted
     assert options == {"scheduling_strategy": "SPREAD"}
     ref.done.set_exception(ray.exceptions.WorkerCrashedError())
-    lost = spread.result(5)
+    lost = spread.result(DEADLINE_S)
     assert lost.run["error_class"] == "engine_error"
     assert lost.run["error_message"].startswith("WorkerCrashedError")
     assert json.loads(lost.run["provenance"])["engine"]["kind"] == "ray"
@@ -221,11 +222,11 @@ def test_a_rollout_given_up_on_keeps_its_engine_error_not_its_cancelled_end(ray_
     outcome is given first wins deterministically.)"""
     engine, fake = ray_engine(["eu", "us"])
     holder: dict[str, Future[Any]] = {}
-    fake.on_cancel = lambda ref: wait_for(lambda: holder["f"].done(), 5, "an outcome")
+    fake.on_cancel = lambda ref: wait_for(lambda: holder["f"].done(), "an outcome")
     holder["f"] = future = engine.submit(RolloutSpec(LOCAL, "T0", vantage="us"))
     assert len(fake.submitted) == 1
     fake.vantages = ["eu"]  # the us node is lost before its task ends
-    record = future.result(10)
+    record = future.result(DEADLINE_S)
     assert record is not None, "the lost rollout was dropped instead of kept"
     assert record.run["error_class"] == "engine_error"
     assert "rtax.io/vantage=us" in record.run["error_message"]
@@ -236,6 +237,6 @@ def test_a_stop_cancels_what_is_in_flight_and_records_nothing(ray_engine) -> Non
     future = engine.submit(RolloutSpec(LOCAL, "T0", vantage="eu"))
     started = time.monotonic()
     engine.cancel.set()
-    assert future.result(5) is None
+    assert future.result(DEADLINE_S) is None
     assert time.monotonic() - started < 5
     assert fake.submitted[0][2].done.exception() is not None  # its task was cancelled

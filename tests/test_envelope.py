@@ -1,4 +1,4 @@
-"""The envelope fit (rtax.envelope) against percentiles and breaks worked out by hand."""
+"""The envelope fit (rtax.analysis.envelope) against percentiles and breaks worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from rtax.envelope import ENVELOPE_COLUMNS, POINT_COLUMNS, fit, points, saturation
-from rtax.loadplan import Bounds
+from rtax.analysis.envelope import ENVELOPE_COLUMNS, POINT_COLUMNS, fit, points, saturation
+from rtax.settings.loads import Bounds
 
 SERIES = {"substrate": "docker", "mode": "exec", "fidelity": "real", "tier": "T0", "steps": 0}
 LOCAL = {**SERIES, "substrate": "local"}

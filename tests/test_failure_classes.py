@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rtax import workloads
-from rtax.probe import run_rollout
+from rtax.core import workloads
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates.base import CommandResult, Environment
 from rtax.substrates.local import LocalSubstrate
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from polling import DEADLINE_S
 from rtax.emulation import faults, get_emulation
 from rtax.emulation.faults import Faults
 from rtax.substrates.base import clock
@@ -121,7 +122,7 @@ def emulated(request: pytest.FixtureRequest, runner_image: str) -> Iterator[tupl
 def _ask(request: urllib.request.Request) -> tuple[int, Any, str]:
     """Status, headers (case-insensitive) and body of one answer."""
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=DEADLINE_S) as answer:
             return answer.status, answer.headers, answer.read().decode()
     except urllib.error.HTTPError as refused:
         return refused.code, refused.headers, refused.read().decode()

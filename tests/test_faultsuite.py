@@ -6,20 +6,20 @@ which would report zero leaks, zero lost rows or a live scheduler when there are
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from factories import make_record
-from rtax import config
+from polling import wait_for
+from rtax.core.record import RolloutRecord
 from rtax.emulation.faults import Fault
 from rtax.faultsuite import scenario, tally
 from rtax.faultsuite.inject import kind_of
 from rtax.faultsuite.watch import LogFollower, search_files
-from rtax.record import RolloutRecord
-from rtax.scheduler import _announce
+from rtax.service.dispatch import _announce
+from rtax.settings import config
 
 
 def clean() -> tally.Outcome:
@@ -108,7 +108,7 @@ def test_the_scheduler_log_line_is_what_the_suite_counts(caplog) -> None:
             "error_class": "deadline_exceeded",
         }
     )
-    with caplog.at_level(logging.INFO, logger="rtax.scheduler"):
+    with caplog.at_level(logging.INFO, logger="rtax.service.dispatch"):
         _announce(record)
     assert tally.finished_runs(caplog.messages) == {"0123abcd": "docker-gvisor"}
     assert tally.finished_runs(["plan x: docker T0 ok in 0.5 s"]) == {}
@@ -207,7 +207,7 @@ def test_rows_are_read_from_a_real_database_with_never_started_runs(tmp_path: Pa
     """A run that never started stores no count of actions done (NULL): it is 0 done, not a
     crash of the suite's last step; fewer stored actions than done is partial."""
     from rtax.faultsuite.suite import rows_of
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     database = tmp_path / "rtax.db"
     with Store(database) as store:
@@ -247,16 +247,20 @@ def test_the_environment_search_finds_a_secret_in_a_running_local_command(tmp_pa
     root = tmp_path / "local"
     (root / "env-a").mkdir(parents=True)
     (root / "env-b").mkdir()
-    leaky = subprocess.Popen(["sleep", "30"], cwd=root / "env-a", env={"TOKEN": "s3cret-x"})
-    clean = subprocess.Popen(["sleep", "30"], cwd=root / "env-b", env={"PATH": "/usr/bin"})
+    # alive well past the deadline (killed below), so that a slow search still finds them
+    leaky = subprocess.Popen(["sleep", "600"], cwd=root / "env-a", env={"TOKEN": "s3cret-x"})
+    clean = subprocess.Popen(["sleep", "600"], cwd=root / "env-b", env={"PATH": "/usr/bin"})
     try:
         search = EnvironmentSearch(root, None, ["s3cret-x"], threading.Event())  # type: ignore[arg-type]
         # both must have exec'd (a child between fork and exec is skipped as its parent's)
-        deadline = time.monotonic() + 10
         for proc in (leaky, clean):
-            while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
-                assert time.monotonic() < deadline, "the test's commands never started"
-                time.sleep(0.01)  # polling /proc for the exec, with a deadline
+            wait_for(
+                lambda p=proc: (
+                    Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"
+                ),
+                f"the test's command {proc.pid} to exec sleep",
+                interval_s=0.01,
+            )
         search._local()
         assert search.local_hits == {leaky.pid}
     finally:

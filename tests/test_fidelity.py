@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, workloads
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
+from polling import DEADLINE_S
+from rtax.core import workloads
+from rtax.core.options import RolloutOptions
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings import SubstrateConfig, config
+from rtax.store.database import Store
+from rtax.substrates import build_substrate
 from rtax.substrates.emulated import EMULATION_HEADER, EmulationWatch
 
 
@@ -26,7 +30,7 @@ def test_the_watch_is_sticky_and_case_blind() -> None:
     assert EmulationWatch().fidelity("modelled") == "modelled"
 
 
-def _loaded(tmp_path: Path, entry: str) -> config.SubstrateConfig:
+def _loaded(tmp_path: Path, entry: str) -> SubstrateConfig:
     """A configuration entry as a user writes it: no `emulate = true`, fidelity not set."""
     file = tmp_path / "rtax.toml"
     file.write_text(f'database = "rtax.db"\n[[substrates]]\n{entry}\n')
@@ -35,13 +39,13 @@ def _loaded(tmp_path: Path, entry: str) -> config.SubstrateConfig:
     return conf
 
 
-def _probe_and_store(conf: config.SubstrateConfig, db: Path) -> dict:
-    substrate = config.build_substrate(conf)
+def _probe_and_store(conf: SubstrateConfig, db: Path) -> dict:
+    substrate = build_substrate(conf)
     assert substrate.fidelity == "real"  # what the configuration says, before any answer
-    record = run_rollout(substrate, workloads.build("T0"), options=ProbeOptions(deadline_s=300))
+    record = run_rollout(substrate, workloads.build("T0"), options=RolloutOptions(deadline_s=300))
     with Store(db) as store:
         store.save_rollout(record)
-        (row,) = store.runs().to_dict("records")
+        (row,) = store.runs.read().to_dict("records")
     return row
 
 
@@ -91,7 +95,7 @@ def test_every_emulation_stamps_its_answers_even_refusals(kind: str, runner_imag
     with get_emulation(kind, image=runner_image) as emu:
         request = urllib.request.Request(f"{emu.url}/no/such/route")
         try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
+            with urllib.request.urlopen(request, timeout=DEADLINE_S) as answer:
                 headers = answer.headers
         except urllib.error.HTTPError as refused:
             headers = refused.headers

@@ -5,14 +5,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from rtax import fixtures
-from rtax.fixtures import Fixture, GitServer
+from rtax.assets import attrs
+from rtax.assets.attrs import Fixture, GitServer
 
 
 def test_build_twice_is_a_no_op(attrs_fixture: Fixture) -> None:
     manifest = attrs_fixture.root / "manifest.json"
     before = manifest.stat().st_mtime_ns
-    again = fixtures.build(attrs_fixture.root)
+    again = attrs.build(attrs_fixture.root)
     assert again == attrs_fixture
     assert manifest.stat().st_mtime_ns == before
 
@@ -29,8 +29,8 @@ def test_history_is_pristine_then_buggy(attrs_fixture: Fixture) -> None:
         attrs_fixture.pristine_commit,
     ]
     assert "as released on PyPI" in log[1]
-    assert fixtures.BUG.after.strip() in attrs_fixture.fix_patch
-    assert attrs_fixture.attrs_version == fixtures.ATTRS_VERSION
+    assert attrs.BUG.after.strip() in attrs_fixture.fix_patch
+    assert attrs_fixture.attrs_version == attrs.ATTRS_VERSION
 
 
 def test_template_has_checkout_and_tool(attrs_fixture: Fixture) -> None:
@@ -39,8 +39,8 @@ def test_template_has_checkout_and_tool(attrs_fixture: Fixture) -> None:
     assert (template / "attrs" / "tests" / "test_validators.py").is_file()
     assert (template / "tools" / "astsearch.py").is_file()
     assert not (template / "attrs" / ".git").exists()
-    source = (template / "attrs" / fixtures.BUG.path).read_text()
-    assert fixtures.BUG.before in source  # the preloaded checkout is the pristine release
+    source = (template / "attrs" / attrs.BUG.path).read_text()
+    assert attrs.BUG.before in source  # the preloaded checkout is the pristine release
 
 
 def test_served_over_git_protocol(attrs_fixture: Fixture, tmp_path: Path) -> None:
@@ -58,6 +58,6 @@ def test_served_over_git_protocol(attrs_fixture: Fixture, tmp_path: Path) -> Non
 
 
 def test_load_rejects_incomplete_builds(tmp_path: Path) -> None:
-    assert fixtures.load(tmp_path) is None
+    assert attrs.load(tmp_path) is None
     (tmp_path / "manifest.json").write_text("{not json")
-    assert fixtures.load(tmp_path) is None
+    assert attrs.load(tmp_path) is None

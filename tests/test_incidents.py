@@ -1,6 +1,6 @@
-"""Incidents (rtax.incidents, rtax.monitor, rtax.store_incidents) on a real SQLite file: a
-slowdown opens one incident that resolves when the series returns; threshold rules, staleness
-and the cool-down; an old database file gains the table."""
+"""Incidents (rtax.analysis.incidents, rtax.service.detection, rtax.store.incidents) on a real
+SQLite file: a slowdown opens one incident that resolves when the series returns; threshold
+rules, staleness and the cool-down; an old database file gains the table."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from rtax import incidents, migrations, monitor
-from rtax.rules import Alerts, Detection, Rule
-from rtax.store import Store
+from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.core.series import Series
+from rtax.service import detection
+from rtax.store import INCIDENT_COLUMNS, Store, migrations
 from tests.factories import make_record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -27,7 +28,7 @@ def _probe(store: Store, i: int, ttfc: float = 1.0, *, ok: bool = True, **run) -
     store.save_rollout(
         make_record(
             f"r{i:04d}",
-            started_at=monitor.stamp(start),
+            started_at=detection.stamp(start),
             time_to_first_command_s=ttfc if ok else None,
             episode_s=2.0 if ok else None,
             status="ok" if ok else "failed",
@@ -39,7 +40,7 @@ def _probe(store: Store, i: int, ttfc: float = 1.0, *, ok: bool = True, **run) -
 
 
 def _check(store: Store, now: datetime, alerts: Alerts = ALERTS, delivering: bool = True):
-    return monitor.check(store, DETECTION, alerts, now, delivering=delivering)
+    return detection.check(store, DETECTION, alerts, now, delivering=delivering)
 
 
 def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
@@ -52,14 +53,14 @@ def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
         last = _probe(store, i, 3.0 + 0.01 * (i % 3))
     report = _check(store, last)
     assert len(report.opened) == 1
-    (incident,) = store.open_incidents()
+    (incident,) = store.incidents.open()
     assert incident["series"] == "local T0 S=0 exec real"
     assert (incident["metric"], incident["rule"], incident["detector"]) == (
         "time_to_first_command",
         "ttfc-change",
         "binseg",
     )
-    assert incident["start"] == monitor.stamp(T0 + timedelta(minutes=40))
+    assert incident["start"] == detection.stamp(T0 + timedelta(minutes=40))
     assert incident["before_p50"] == pytest.approx(1.01, abs=0.01)
     assert incident["after_p50"] == pytest.approx(3.01, abs=0.01)
     assert incident["magnitude"] == pytest.approx(3.0, rel=0.02)
@@ -75,8 +76,8 @@ def test_a_slowdown_opens_one_incident_that_resolves_when_the_series_returns(
         assert _check(store, last).resolved == []
     last = _probe(store, 55, 1.0)
     assert _check(store, last).resolved == [incident["id"]]
-    (row,) = store.incidents().to_dict("records")
-    assert row["state"] == "resolved" and row["end"] == monitor.stamp(last)
+    (row,) = store.incidents.read().to_dict("records")
+    assert row["state"] == "resolved" and row["end"] == detection.stamp(last)
     assert row["alert_resolved"] == "pending"
     # Detection still sees the old change in its window: it is not opened again.
     for i in range(60, 65):
@@ -94,12 +95,12 @@ def test_warm_claims_beside_cold_starts_are_two_series_not_a_change(store: Store
         else:
             _probe(store, i, 1.0 + 0.01 * (i % 3))
     report = _check(store, T0 + timedelta(minutes=70))
-    assert report.opened == [] and store.open_incidents() == []
-    seen = store.series_seen(monitor.stamp(T0))
+    assert report.opened == [] and store.incidents.open() == []
+    seen = store.runs.series_seen(detection.stamp(T0))
     assert sorted(seen["launch_type"]) == ["cold", "warm"]
     warm = seen[seen["launch_type"] == "warm"].iloc[0]
-    assert incidents.series_key(warm) == "local T0 S=0 exec real warm"
-    assert incidents.series_key(seen[seen["launch_type"] == "cold"].iloc[0]) == (
+    assert Series.of(warm).key == "local T0 S=0 exec real warm"
+    assert Series.of(seen[seen["launch_type"] == "cold"].iloc[0]).key == (
         "local T0 S=0 exec real"  # a cold series keeps the key it always had
     )
 
@@ -116,7 +117,7 @@ def test_a_new_vantage_is_a_series_of_its_own_not_a_change(store: Store) -> None
     for i in range(52, 58):
         last = _probe(store, i, 9.0, vantage="us")
     _check(store, last)
-    (incident,) = store.open_incidents()
+    (incident,) = store.incidents.open()
     assert incident["series"] == "local T0 S=0 exec real @ us"
 
 
@@ -140,7 +141,7 @@ def test_success_dropping_to_half_opens_a_success_incident(store: Store) -> None
     for i in range(30, 50):
         last = _probe(store, i, ok=i % 2 == 1)
     assert len(_check(store, last, alerts).opened) == 1
-    (incident,) = store.open_incidents()
+    (incident,) = store.incidents.open()
     assert incident["metric"] == "success_rate"
     assert incident["before_p50"] == 1.0 and incident["after_p50"] == pytest.approx(0.5)
     assert incident["magnitude"] == pytest.approx(2.0)
@@ -154,9 +155,9 @@ def test_a_p95_rule_opens_and_resolves_over_its_window(store: Store) -> None:
     assert _check(store, last, alerts).opened == []  # 4 < 5 samples: no verdict yet
     last = _probe(store, 4, 5.0)
     assert len(_check(store, last, alerts).opened) == 1
-    (incident,) = store.open_incidents()
+    (incident,) = store.incidents.open()
     assert incident["detector"] == "threshold" and incident["magnitude"] == pytest.approx(2.5)
-    assert incident["start"] == monitor.stamp(T0)
+    assert incident["start"] == detection.stamp(T0)
     for i in range(5, 9):
         last = _probe(store, i, 1.0)
         assert _check(store, last, alerts).resolved == []  # one slow sample still in the window
@@ -170,8 +171,8 @@ def test_staleness_opens_without_probes_and_resolves_at_the_next(store: Store) -
     last = _probe(store, 0)
     assert _check(store, last + timedelta(minutes=59), alerts).opened == []
     assert len(_check(store, last + timedelta(minutes=61), alerts).opened) == 1
-    (incident,) = store.open_incidents()
-    assert incident["start"] == monitor.stamp(last + timedelta(hours=1))
+    (incident,) = store.incidents.open()
+    assert incident["start"] == detection.stamp(last + timedelta(hours=1))
     again = _probe(store, 70)
     assert _check(store, again, alerts).resolved == [incident["id"]]
 
@@ -183,7 +184,7 @@ def test_the_cool_down_suppresses_a_second_alert_of_the_same_key(store: Store) -
     def flap(i: int, now: datetime) -> str:
         _probe(store, i, 5.0)
         _check(store, now, alerts)
-        (incident,) = store.open_incidents()
+        (incident,) = store.incidents.open()
         _probe(store, i + 1, 1.0)
         _check(store, now, alerts)
         return incident["alert_open"]
@@ -191,7 +192,7 @@ def test_the_cool_down_suppresses_a_second_alert_of_the_same_key(store: Store) -
     assert flap(0, T0) == "pending"
     assert flap(2, T0 + timedelta(minutes=59)) == "suppressed"
     assert flap(4, T0 + timedelta(minutes=61)) == "pending"
-    states = store.incidents().sort_values("id")["alert_resolved"].tolist()
+    states = store.incidents.read().sort_values("id")["alert_resolved"].tolist()
     assert states == ["pending", "suppressed", "pending"]
 
 
@@ -199,18 +200,18 @@ def test_without_a_webhook_incidents_are_recorded_with_alerts_off(store: Store) 
     rule = Rule("slow", "time_to_first_command", "p95_above", 2.0, samples=1)
     last = _probe(store, 0, 5.0)
     _check(store, last, Alerts(rules=(rule,)), delivering=False)
-    (incident,) = store.open_incidents()
+    (incident,) = store.incidents.open()
     assert incident["alert_open"] == "off"
-    assert store.due_alerts(monitor.stamp(last)) == []
+    assert store.incidents.due_alerts(detection.stamp(last)) == []
 
 
 def test_an_incident_whose_rule_is_removed_resolves(store: Store) -> None:
     rule = Rule("slow", "time_to_first_command", "p95_above", 2.0, samples=1)
     last = _probe(store, 0, 5.0)
     _check(store, last, Alerts(rules=(rule,)))
-    assert len(store.open_incidents()) == 1
+    assert len(store.incidents.open()) == 1
     assert len(_check(store, last, Alerts(rules=())).resolved) == 1
-    assert store.open_incidents() == []
+    assert store.incidents.open() == []
 
 
 def test_rules_for_other_substrates_do_not_apply(store: Store) -> None:
@@ -230,21 +231,21 @@ def test_v6_file_gains_the_incidents_table_and_keeps_its_runs(db_path: Path) -> 
     db.conn.close()
     with Store(db_path) as store:
         assert store.version == migrations.SCHEMA_VERSION >= 7
-        assert store.runs()["run_id"].tolist() == ["old"]
-        assert store.open_incidents() == []
+        assert store.runs.read()["run_id"].tolist() == ["old"]
+        assert store.incidents.open() == []
         columns = set(store.db["incidents"].columns_dict)
-        assert set(migrations.INCIDENT_COLUMNS) | {"id"} == columns
+        assert set(INCIDENT_COLUMNS) | {"id"} == columns
 
 
 def test_a_failing_pass_is_logged_and_the_next_one_runs(
     db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """`monitor.run` (the scheduler's job): a database that cannot be opened is a log line,
+    """`detection.run` (the scheduler's job): a database that cannot be opened is a log line,
     never an exception out of the job; the next pass works."""
     import logging
 
-    from rtax.config import parse
-    from rtax.store import StoreError
+    from rtax.settings.config import parse
+    from rtax.store.database import StoreError
 
     config = parse({"database": str(db_path)}, base=db_path.parent)
 
@@ -253,9 +254,9 @@ def test_a_failing_pass_is_logged_and_the_next_one_runs(
 
     log = logging.getLogger("test.monitor")
     with caplog.at_level(logging.ERROR, logger="test.monitor"):
-        assert monitor.run(broken, config, None, log) is None
+        assert detection.run(broken, config, None, log) is None
     assert "detection failed" in caplog.text
-    report = monitor.run(lambda: Store(db_path), config, None, log)
+    report = detection.run(lambda: Store(db_path), config, None, log)
     assert report is not None and report.opened == []
 
 
@@ -289,7 +290,7 @@ def test_old_rows_without_a_fidelity_are_no_series_and_break_no_pass(store: Stor
     _probe(store, 0, 5.0, fidelity=None)
     last = _probe(store, 1, 5.0, substrate="other")
     report = _check(store, last, Alerts(rules=(rule,)))
-    assert [i["substrate"] for i in store.open_incidents()] == ["other"]
+    assert [i["substrate"] for i in store.incidents.open()] == ["other"]
     assert len(report.opened) == 1
 
 
@@ -305,5 +306,5 @@ def test_one_failing_series_does_not_stop_the_others(
     last = _probe(store, 0, substrate="fine")
     report = _check(store, last + timedelta(hours=1), Alerts(rules=(rule,)))
     assert len(report.opened) == 1
-    assert [i["substrate"] for i in store.open_incidents()] == ["fine"]
+    assert [i["substrate"] for i in store.incidents.open()] == ["fine"]
     assert "detection on broken T0 S=0 exec real failed" in caplog.text

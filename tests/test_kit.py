@@ -8,19 +8,9 @@ from email.utils import format_datetime
 
 import pytest
 
+from rtax.core.failures import CleanupFailed, CommandTimeout, RateLimited, ReadyTimeout
 from rtax.substrates import kit
-from rtax.substrates.base import (
-    LABEL,
-    CleanupFailed,
-    CommandResult,
-    CommandTimeout,
-    Environment,
-    Leftover,
-    RateLimited,
-    RateLimitWait,
-    ReadyTimeout,
-    clock,
-)
+from rtax.substrates.base import LABEL, CommandResult, Environment, Leftover, RateLimitWait, clock
 
 
 class FakeClock:

@@ -18,11 +18,14 @@ from typing import Any
 import pytest
 
 from polling import wait_for
-from rtax import config, reaper, workloads
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.scheduler import Prober
-from rtax.substrates import kit
-from rtax.substrates.base import CreateFailed, Environment, Leftover
+from rtax.core import workloads
+from rtax.core.failures import CreateFailed
+from rtax.core.options import RolloutOptions
+from rtax.rollouts.rollout import run_rollout
+from rtax.service.scheduler import Scheduler
+from rtax.settings import config
+from rtax.substrates import kit, reaper
+from rtax.substrates.base import Environment, Leftover
 from rtax.substrates.local import LABEL_FILE, LocalSubstrate
 
 # -- the expiry in the labels -------------------------------------------------------------------
@@ -52,7 +55,7 @@ def test_a_rollouts_environment_expires_after_its_deadline_and_cleanup(
 ) -> None:
     sub = _Watched(root=tmp_path / "envs", template=attrs_fixture.template)
     sub.seen = []
-    options = ProbeOptions(deadline_s=90, cleanup_timeout_s=30)
+    options = RolloutOptions(deadline_s=90, cleanup_timeout_s=30)
     record = run_rollout(sub, workloads.build("T0"), options=options)
     assert record.run["status"] == "ok", record.run["error_message"]
     (label,) = sub.seen
@@ -217,22 +220,21 @@ interval = "1h"
         return kind(name=entry.name, **params, **overrides)
 
     local = LocalSubstrate(name="local", **params)
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
         # made after the start-up reap, by this (live) process: only its expiry can free it
         _plant(local, "expires-soon", **{kit.EXPIRES_AT: _iso(1.5)})
         _plant(local, "in-use")
         wait_for(
             lambda: "expires-soon" not in [lo.run_id for lo in local.leftovers()],
-            30,
             "the expired leftover reaped",
         )
         assert "in-use" in [lo.run_id for lo in local.leftovers()]
-        assert not prober.stopped.is_set()
-        assert prober._scheduler.get_job("reaper") is not None
+        assert not scheduler.stopped.is_set()
+        assert scheduler._scheduler.get_job("reaper") is not None
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
         for leftover in local.leftovers():
             local.destroy(leftover, 30)
 
@@ -245,7 +247,7 @@ def test_a_docker_500_after_the_create_leaves_no_container(runner_image: str) ->
     substrate removes it by name, nothing outlives the failed create."""
     import docker
 
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     sub = DockerSubstrate(name="docker-leaks", image=runner_image)
     real = sub.api.create_container

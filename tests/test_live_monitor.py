@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import statistics
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,13 +17,15 @@ from typing import Any
 
 import pytest
 
-from browser import ROOT, chromium, dashboard
-from rtax import alerts, monitor, workloads
-from rtax.changepoint import Binseg
+from browser import ROOT, chromium, dashboard, new_page
+from polling import wait_for
+from rtax.analysis.changepoint import Binseg
+from rtax.analysis.rules import Alerts, Detection, Rule
+from rtax.core import workloads
 from rtax.emulation.daytona import DaytonaEmulation
-from rtax.probe import run_rollout
-from rtax.rules import Alerts, Detection, Rule
-from rtax.store import Store
+from rtax.rollouts.rollout import run_rollout
+from rtax.service import alerts, detection
+from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from webhook import Receiver
 
@@ -77,7 +78,7 @@ class Monitor:
             self.ttfc.append(float(record.run["time_to_first_command_s"]))
             with Store(self.db) as store:
                 store.save_rollout(record)
-            report = monitor.run(
+            report = detection.run(
                 lambda: Store(self.db), self.config, self.notifier, logging.getLogger("test")
             )
             assert report is not None
@@ -85,23 +86,29 @@ class Monitor:
             self.resolved += report.resolved
 
 
-def _until(page: Any, check: Any, what: str, timeout_s: float = 90.0) -> None:
-    """Reload `page` until `check(page)` holds (the dashboard caches reads for 10 s)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+def _until(page: Any, check: Any, what: str) -> None:
+    """Reload `page` until `check(page)` holds (the dashboard caches reads for 10 s, so every
+    2 s is often enough), within the suite's deadline; a screenshot if it never does."""
+    checks = 0
+
+    def shown() -> bool:
+        nonlocal checks
+        if checks:  # the first check reads the page as it is; the later ones reload it
+            page.reload()
+        checks += 1
         page.wait_for_load_state("networkidle")
-        if check(page):
-            return
-        if time.monotonic() > deadline:
-            page.screenshot(path=str(ARTIFACTS / "live-monitor-timeout.png"), full_page=True)
-            raise AssertionError(f"the dashboard never showed {what}: {page.inner_text('body')}")
-        page.wait_for_timeout(2_000)  # the poll interval of a deadline, not a synchronisation
-        page.reload()
+        return check(page)
+
+    try:
+        wait_for(shown, f"the dashboard to show {what}", interval_s=2.0)
+    except AssertionError as exc:
+        page.screenshot(path=str(ARTIFACTS / "live-monitor-timeout.png"), full_page=True)
+        raise AssertionError(f"{exc}; the page: {page.inner_text('body')}") from None
 
 
 def _state(page: Any) -> str:
     """The card's heading (its series and state) and the reasons below it."""
-    page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=60_000)
+    page.get_by_role("heading", name="Overview", level=1).wait_for()
     card = page.get_by_test_id("stMarkdownContainer").filter(has_text="daytona [emulated] · T0")
     if not card.count():
         return ""
@@ -110,8 +117,8 @@ def _state(page: Any) -> str:
 
 
 def _markers(page: Any) -> list[str]:
-    page.get_by_role("heading", name="Timeline", level=1).wait_for(timeout=60_000)
-    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    page.get_by_role("heading", name="Timeline", level=1).wait_for()
+    page.locator(".js-plotly-plot").first.wait_for()
     return page.locator(".js-plotly-plot .annotation-text").all_text_contents()  # SVG text
 
 
@@ -137,37 +144,36 @@ def test_a_slowdown_degrades_the_board_marks_the_timeline_alerts_once_and_clears
         assert len(live.opened) == 1, live.opened
         incident = live.opened[0]
         env = {"RTAX_DB": str(db), "RTAX_CONFIG": str(config)}
-        with dashboard(env) as url:
-            page = browser.new_page(viewport={"width": 1400, "height": 1400})
-            try:
-                page.goto(url)
-                _until(page, lambda p: "degraded" in _state(p), "a degraded card")
-                text = _state(page)
-                assert "1 open incident" in text and "p95 time-to-first-command" in text
-                page.goto(f"{url}/timeline")
-                _until(
-                    page,
-                    lambda p: f"incident #{incident} · open" in _markers(p),
-                    "the open incident's marker",
-                )
-                # the receiver got the opened alert, once
-                _wait(lambda: len(receiver.bodies) >= 1, "the opened alert")
-                emulation.faults.clear()  # the slowdown stops
-                live.rollouts(8)
-                assert live.resolved == [incident] and live.opened == [incident]
-                page.goto(url)
-                _until(page, lambda p: "● up" in _state(p), "the card back up")
-                page.goto(f"{url}/timeline")
-                _until(
-                    page,
-                    lambda p: f"incident #{incident} · resolved" in _markers(p),
-                    "the incident resolved",
-                )
-                assert not [m for m in _markers(page) if m.endswith("· open")]
-                assert page.locator('[data-testid="stException"]').count() == 0
-            finally:
-                page.close()
-        _wait(lambda: len(receiver.bodies) >= 2, "the resolved alert")
+        with (
+            dashboard(env) as url,
+            new_page(browser, viewport={"width": 1400, "height": 1400}) as page,
+        ):
+            page.goto(url)
+            _until(page, lambda p: "degraded" in _state(p), "a degraded card")
+            text = _state(page)
+            assert "1 open incident" in text and "p95 time-to-first-command" in text
+            page.goto(f"{url}/timeline")
+            _until(
+                page,
+                lambda p: f"incident #{incident} · open" in _markers(p),
+                "the open incident's marker",
+            )
+            # the receiver got the opened alert, once
+            wait_for(lambda: len(receiver.bodies) >= 1, "the opened alert")
+            emulation.faults.clear()  # the slowdown stops
+            live.rollouts(8)
+            assert live.resolved == [incident] and live.opened == [incident]
+            page.goto(url)
+            _until(page, lambda p: "● up" in _state(p), "the card back up")
+            page.goto(f"{url}/timeline")
+            _until(
+                page,
+                lambda p: f"incident #{incident} · resolved" in _markers(p),
+                "the incident resolved",
+            )
+            assert not [m for m in _markers(page) if m.endswith("· open")]
+            assert page.locator('[data-testid="stException"]').count() == 0
+        wait_for(lambda: len(receiver.bodies) >= 2, "the resolved alert")
         events = [(b["event"], b["incident"]["id"]) for b in receiver.bodies]
         assert events == [("opened", incident), ("resolved", incident)]
         opened = receiver.bodies[0]
@@ -179,10 +185,3 @@ def test_a_slowdown_degrades_the_board_marks_the_timeline_alerts_once_and_clears
             live.notifier.stop()
         receiver.close()
         emulation.faults.clear()
-
-
-def _wait(check: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.1)  # polling with a deadline

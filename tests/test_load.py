@@ -1,5 +1,5 @@
-"""Load runs in-process on the local substrate (rtax.load): a burst is really concurrent, a
-staggered run leaves on schedule, a sequential one waits for each rollout, a stop cancels and
+"""Load runs in-process on the local substrate (rtax.rollouts.burst): a burst is really concurrent,
+a staggered run leaves on schedule, a sequential one waits for each rollout, a stop cancels and
 cleans up everything, and `rtax burst` stores one load record that matches its rollouts."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from loadcheck import check_load
-from polling import wait_for
-from rtax import cli, load, workloads
-from rtax.loadplan import LoadPlan
-from rtax.probe import ProbeOptions
-from rtax.spool import Spool
-from rtax.store import Store
+from polling import DEADLINE_S, wait_for
+from rtax import cli
+from rtax.core import workloads
+from rtax.core.options import RolloutOptions
+from rtax.rollouts import burst
+from rtax.settings.loads import LoadPlan
+from rtax.store.database import Store
+from rtax.store.spool import Spool
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 
@@ -30,7 +32,7 @@ class _Gated(LocalSubstrate):
 
     def __init__(self, *args: Any, parties: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.barrier = threading.Barrier(parties, timeout=20)
+        self.barrier = threading.Barrier(parties, timeout=DEADLINE_S)
 
     def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
         self.barrier.wait()
@@ -53,7 +55,7 @@ class _Held(LocalSubstrate):
         return env
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:
-        assert self.release.wait(30), "never released"
+        assert self.release.wait(DEADLINE_S), "never released"
         super().wait_running(env, timeout_s)
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
@@ -63,11 +65,11 @@ class _Held(LocalSubstrate):
 
 def _run(
     sub: LocalSubstrate, plan: LoadPlan, db: Path, **kwargs: Any
-) -> tuple[load.LoadResult, Store]:
+) -> tuple[burst.BurstResult, Store]:
     store = Store(db)
-    result = load.LoadResult(plan, "L-" + plan.shape, db)
+    result = burst.BurstResult(db, plan=plan, load_id="L-" + plan.shape)
     spool = Spool(db, lambda: Store(db))
-    load.run(sub, workloads.build(plan.tier), plan, store=store, spool=spool, result=result,
+    burst.run(sub, workloads.build(plan.tier), plan, store=store, spool=spool, result=result,
              **kwargs)  # fmt: skip
     return result, store
 
@@ -88,7 +90,7 @@ def test_a_staggered_run_leaves_on_schedule(tmp_path: Path, local: LocalSubstrat
     result, store = _run(local, plan, tmp_path / "x.db")
     with store:
         row = check_load(store, result.load_id)
-        runs = store.load_rollouts([result.load_id])
+        runs = store.loads.rollouts([result.load_id])
     due = [datetime.fromisoformat(t).timestamp() for t in runs["scheduled_at"]]
     assert [b - a for a, b in itertools.pairwise(due)] == pytest.approx([0.2] * 4, abs=1e-5)
     assert datetime.fromisoformat(runs["scheduled_at"][0]) == datetime.fromisoformat(
@@ -101,7 +103,7 @@ def test_a_sequential_run_waits_for_each_rollout(tmp_path: Path, local: LocalSub
     result, store = _run(local, LoadPlan("local", shape="sequential", n=4), tmp_path / "x.db")
     with store:
         row = check_load(store, result.load_id)
-        runs = store.runs()
+        runs = store.runs.read()
     assert row["concurrency"] == 1
     began = [datetime.fromisoformat(t).timestamp() for t in runs["started_at"]]
     ended = [b + w for b, w in zip(began, runs["wall_s"], strict=True)]
@@ -116,16 +118,16 @@ def test_a_stop_cancels_every_launch_and_cleans_up(tmp_path: Path, attrs_fixture
     plan = LoadPlan("local", shape="staggered", n=6, every_s=0.05)
 
     def stop_when_held() -> None:
-        wait_for(lambda: len(sub.made) >= 3, 30, "three environments made")
+        wait_for(lambda: len(sub.made) >= 3, "three environments made")
         stop.set()
 
     threading.Thread(target=stop_when_held, daemon=True).start()
     # the rollouts' cancel event is the runner's: the held ones wake when it stops them
-    result, store = _run(sub, plan, tmp_path / "x.db", stop=stop, options=ProbeOptions(
+    result, store = _run(sub, plan, tmp_path / "x.db", stop=stop, options=RolloutOptions(
         cancel=release, deadline_s=60))  # fmt: skip
     with store:
         row = check_load(store, result.load_id, complete=False)
-        assert store.count("runs") == 0
+        assert store.runs.count() == 0
     assert isinstance(result.interrupted, KeyboardInterrupt)
     assert result.abandoned == 0 and result.records == []
     assert row["rollouts"] == 0 and row["n"] == 6
@@ -140,15 +142,15 @@ def test_rtax_burst_stores_one_load_record(tmp_path: Path, capsys) -> None:
     assert "burst of 6 on local T0" in out and "peak concurrency" in out
     assert "dispatch lag p50" in out and "harness CPU" in out
     with Store(db) as store:
-        (load_id,) = store.load_runs()["load_id"]
+        (load_id,) = store.loads.read()["load_id"]
         row = check_load(store, load_id)
-        assert store.count("runs") == 6
+        assert store.runs.count() == 6
     assert json.loads(row["failures"]) == {}
     assert cli.main(["burst", "--substrate", "local", "--shape", "sequential", "-n", "2",
                      "--db", str(db), "--quiet"]) == 0  # fmt: skip
     assert capsys.readouterr().out == ""
     with Store(db) as store:
-        assert store.load_runs()["shape"].tolist() == ["burst", "sequential"]
+        assert store.loads.read()["shape"].tolist() == ["burst", "sequential"]
 
 
 def test_the_callers_own_cancel_ends_the_run_as_a_stop_does(tmp_path: Path, local) -> None:
@@ -156,7 +158,7 @@ def test_the_callers_own_cancel_ends_the_run_as_a_stop_does(tmp_path: Path, loca
     cancel = threading.Event()
     cancel.set()
     plan = LoadPlan("local", shape="staggered", n=3, every_s=0.5)
-    result, store = _run(local, plan, tmp_path / "x.db", options=ProbeOptions(cancel=cancel))
+    result, store = _run(local, plan, tmp_path / "x.db", options=RolloutOptions(cancel=cancel))
     with store:
         row = check_load(store, result.load_id, complete=False)
     assert isinstance(result.interrupted, KeyboardInterrupt) and row["rollouts"] == 0

@@ -1,4 +1,4 @@
-"""Load plans and capacity bounds (rtax.loadplan): the configuration's ``[[loads]]`` and
+"""Load plans and capacity bounds (rtax.settings.loads): the configuration's ``[[loads]]`` and
 ``[capacity]`` tables, each mistake one line naming its key; the shapes' launch offsets; the
 plan `rtax burst` builds from a name and its flags."""
 
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax import cli, config, load
-from rtax.loadplan import Bounds, LoadError, LoadPlan
-from rtax.paths import checkout_root
+from rtax import cli
+from rtax.core.paths import checkout_root
+from rtax.rollouts import burst
+from rtax.settings import config
+from rtax.settings.loads import Bounds, LoadError, LoadPlan
 
 BASE = """
 [[substrates]]
@@ -138,15 +140,15 @@ def test_plan_of_puts_flags_over_a_named_load(tmp_path: Path) -> None:
         BASE + "[[loads]]\nname = 'ramp'\nsubstrate = 'local'\nshape = 'staggered'\n"
         "every = '100ms'\nn = 5\n"
     )
-    assert load.plan_of("ramp", file) == LoadPlan("local", "T0", "staggered", 5, 0.1, name="ramp")
-    assert load.plan_of("ramp", file, n=7).n == 7
+    assert burst.plan_of("ramp", file) == LoadPlan("local", "T0", "staggered", 5, 0.1, name="ramp")
+    assert burst.plan_of("ramp", file, n=7).n == 7
     # made a burst, it keeps no launch interval
-    assert load.plan_of("ramp", file, shape="burst") == LoadPlan("local", n=5, name="ramp")
-    assert load.plan_of(None, file) == LoadPlan("local")  # the defaults: a burst of 20 on local
+    assert burst.plan_of("ramp", file, shape="burst") == LoadPlan("local", n=5, name="ramp")
+    assert burst.plan_of(None, file) == LoadPlan("local")  # the defaults: a burst of 20 on local
     with pytest.raises(LoadError, match=r"no load 'nope' in .*defined: ramp"):
-        load.plan_of("nope", file)
+        burst.plan_of("nope", file)
     with pytest.raises(LoadError, match="every: a staggered load needs"):
-        load.plan_of(None, file, shape="staggered")
+        burst.plan_of(None, file, shape="staggered")
 
 
 def test_burst_flag_mistakes_are_one_line(tmp_path: Path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""The figures of one load run (rtax.loadrun) against timings worked out by hand."""
+"""The figures of one load run (rtax.analysis.loadrun) against timings worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from rtax.loadrun import Launch, figures, peak_in_flight, rate_limit_waits
+from rtax.analysis.loadrun import Launch, figures, peak_in_flight, rate_limit_waits
 
 
 def _run(status="ok", error_class=None, **timings) -> dict:

@@ -15,6 +15,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from polling import DEADLINE_S
+
 ROOT = Path(__file__).resolve().parent.parent
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 
@@ -93,7 +95,7 @@ for info in pkgutil.walk_packages(rtax.__path__, "rtax."):
 print("ok")
 """
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE_S
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"

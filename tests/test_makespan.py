@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rtax.makespan import at_least, expected_order_statistic, launched, step_time
+from rtax.planning.steptime import at_least, expected_order_statistic, launched, step_time
 
 M = 100_000
 #: A fine grid of equally likely quantiles: a discrete stand-in for a continuous distribution.

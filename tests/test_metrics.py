@@ -15,11 +15,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from factories import make_record
-from rtax import config
-from rtax.metrics import BUCKETS, NAMES, Metrics, serve
-from rtax.paths import checkout_root
-from rtax.scheduler import Prober
-from rtax.store import Store
+from polling import DEADLINE_S
+from rtax.core.paths import checkout_root
+from rtax.service.prometheus import BUCKETS, NAMES, Metrics, serve
+from rtax.service.scheduler import Scheduler
+from rtax.settings import MetricsSettings, config
+from rtax.store.database import Store
 
 LOCAL = {
     "substrate": "local",
@@ -124,28 +125,28 @@ def test_last_probe_age_is_read_at_scrape_and_seeded_from_the_database(tmp_path:
 
 def test_a_spooled_record_counts_when_it_is_written_not_before(tmp_path: Path) -> None:
     conf = _config(tmp_path, enabled=False)
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
     conf.database.mkdir()  # the database is unavailable
-    prober.save(make_record("first"))
+    scheduler.save(make_record("first"))
     ok = {"status": "ok", "error_class": "none"}
-    assert _value(prober.metrics, "rtax_rollouts_total", **ok) is None  # spooled, not stored
+    assert _value(scheduler.metrics, "rtax_rollouts_total", **ok) is None  # spooled, not stored
     conf.database.rmdir()
-    prober.save(make_record("second"))
-    assert _value(prober.metrics, "rtax_rollouts_total", **ok) == 2
+    scheduler.save(make_record("second"))
+    assert _value(scheduler.metrics, "rtax_rollouts_total", **ok) == 2
 
 
 def test_a_failing_listener_never_spools_a_stored_record(tmp_path: Path) -> None:
     conf = _config(tmp_path, enabled=False)
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
 
     def broken(record: object) -> None:
         raise ValueError("a bug in the metrics")
 
-    prober._spool.on_saved = broken
-    prober.save(make_record("only"))
-    assert not prober.spool.exists()
+    scheduler._spool.on_saved = broken
+    scheduler.save(make_record("only"))
+    assert not scheduler.spool.exists()
     with Store(conf.database) as store:
-        assert store.count("runs") == 1
+        assert store.runs.count() == 1
 
 
 def test_serve_on_a_free_port_then_stop(tmp_path: Path) -> None:
@@ -153,19 +154,19 @@ def test_serve_on_a_free_port_then_stop(tmp_path: Path) -> None:
 
     metrics = Metrics()
     metrics.observe(make_record("a"))
-    settings = config.MetricsSettings(enabled=True, address="127.0.0.1", port=0)
+    settings = MetricsSettings(enabled=True, address="127.0.0.1", port=0)
     endpoint = serve(metrics, settings, logging.getLogger("test"))
     assert endpoint is not None
     try:
-        with urllib.request.urlopen(endpoint.url, timeout=10) as response:
+        with urllib.request.urlopen(endpoint.url, timeout=DEADLINE_S) as response:
             text = response.read().decode()
         assert "rtax_rollouts_total{" in text
         # A taken port is said and skipped: the scheduler keeps probing without /metrics.
-        taken = config.MetricsSettings(True, "127.0.0.1", endpoint.server.server_port)
+        taken = MetricsSettings(True, "127.0.0.1", endpoint.server.server_port)
         assert serve(metrics, taken, logging.getLogger("test")) is None
     finally:
         endpoint.stop()
-    assert serve(metrics, config.MetricsSettings(enabled=False), logging.getLogger("t")) is None
+    assert serve(metrics, MetricsSettings(enabled=False), logging.getLogger("t")) is None
 
 
 def test_grafana_dashboard_parses_and_queries_only_exposed_names() -> None:

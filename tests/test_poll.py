@@ -134,9 +134,11 @@ def test_real_clock_smoke() -> None:
 def test_the_runner_records_reported_and_ready_resolutions() -> None:
     """A fake substrate on a fake clock: two refused ready attempts, then success; the
     substrate reports orchestration and cleanup resolutions and one polled action."""
-    from rtax.probe import ProbeOptions, run_rollout
-    from rtax.substrates.base import CommandResult, Environment, ExecError
-    from rtax.workloads import Action, Workload
+    from rtax.core.failures import ExecError
+    from rtax.core.options import RolloutOptions
+    from rtax.core.workloads import Action, Workload
+    from rtax.rollouts.rollout import run_rollout
+    from rtax.substrates.base import CommandResult, Environment
 
     clock = FakeClock(0.0)
 
@@ -171,7 +173,7 @@ def test_the_runner_records_reported_and_ready_resolutions() -> None:
     record = run_rollout(
         Fake(),  # type: ignore[arg-type]
         work,
-        options=ProbeOptions(ready_interval_s=0.02),
+        options=RolloutOptions(ready_interval_s=0.02),
         now=clock.now,
         sleep=clock.sleep,
         provenance={"host": "h", "rtax_version": "0"},

@@ -20,24 +20,16 @@ from typing import Any
 import pytest
 
 from contract import SubstrateContract
-from polling import wait_for
-from rtax import reaper, workloads
-from rtax.probe import run_rollout
-from rtax.store import Store
-from rtax.substrates import kit
-from rtax.substrates.base import (
-    Claims,
-    ClaimTimeout,
-    CommandResult,
-    CreateFailed,
-    Environment,
-    Leftover,
-    Substrate,
-    SubstrateError,
-)
+from polling import deadline_s, joined, wait_for
+from rtax.core import workloads
+from rtax.core.failures import ClaimTimeout, CreateFailed, SubstrateError
+from rtax.core.workloads import RepoSource
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.substrates import kit, reaper
+from rtax.substrates.base import Claims, CommandResult, Environment, Leftover, Substrate
 from rtax.substrates.local import LocalSubstrate
 from rtax.substrates.pool import PoolSettings, WarmPool
-from rtax.workloads import RepoSource
 
 LIFETIME = 600.0
 
@@ -166,12 +158,12 @@ def test_filling_makes_size_environments_with_at_most_the_concurrency_in_flight(
     pool = _pool(inner, 4, 2)
     closing(pool)
     filler, done = _in_thread(pool.fill)
-    wait_for(lambda: inner.in_flight == 2, 5, "two creates in flight")
+    wait_for(lambda: inner.in_flight == 2, "two creates in flight")
     assert pool.counts()["in_flight"] == 2
     for made in range(1, 5):
         inner.release()
-        wait_for(lambda m=made: pool.counts()["made"] == m, 5, f"environment {made} made")
-    filler.join(5)
+        wait_for(lambda m=made: pool.counts()["made"] == m, f"environment {made} made")
+    joined(filler, "the fill")
     assert done == [None] and inner.max_in_flight == 2
     assert pool.counts() == {"ready": 4, "in_flight": 0, "waiting": 0, "failures": 0, "made": 4}
     # every environment is labelled to outlive its wait in the pool and one rollout
@@ -188,21 +180,21 @@ def test_claims_are_first_come_first_served_and_each_frees_one_slot(closing) -> 
     assert (first.env_id, second.env_id) == ("env-1", "env-2")  # the oldest first
     assert (first.run_id, first.pool["found_ready"], second.pool["found_ready"]) == ("r1", 2, 1)
     # two slots to refill, one create at a time: the pool never holds more than its size
-    wait_for(lambda: inner.in_flight == 1, 5, "the first refill in flight")
+    wait_for(lambda: inner.in_flight == 1, "the first refill in flight")
     third, got3 = _in_thread(_claim, pool, "r3")
-    wait_for(lambda: pool.counts()["waiting"] == 1, 5, "claim r3 waiting")
+    wait_for(lambda: pool.counts()["waiting"] == 1, "claim r3 waiting")
     fourth, got4 = _in_thread(_claim, pool, "r4")
-    wait_for(lambda: pool.counts()["waiting"] == 2, 5, "claim r4 waiting behind it")
+    wait_for(lambda: pool.counts()["waiting"] == 2, "claim r4 waiting behind it")
     inner.release()
-    third.join(5)
+    joined(third, "claim r3")
     assert [e.env_id for e in got3] == ["env-3"] and got4 == []  # r3 asked first, r3 got it
     assert got3[0].pool["found_ready"] == 0 and got3[0].pool["waited_s"] > 0
     inner.release()
-    fourth.join(5)
+    joined(fourth, "claim r4")
     assert [e.env_id for e in got4] == ["env-4"]
     # four claims from a pool of two: 2 + 4 environments made in all, never more in flight
     inner.release(2)
-    wait_for(lambda: pool.counts()["ready"] == 2, 5, "the pool full again")
+    wait_for(lambda: pool.counts()["ready"] == 2, "the pool full again")
     assert inner.made == 6 and inner.max_in_flight == 1
     assert pool.counts()["in_flight"] == 0 and inner.in_flight == 0
 
@@ -264,7 +256,7 @@ def test_an_environment_too_old_for_a_rollout_is_never_handed_over(closing) -> N
     now[0] += 31  # env-1 has waited past max_idle: its expiry would fall inside the rollout
     env = _claim(pool, "r1")
     assert env.env_id == "env-2"
-    wait_for(lambda: "env-1" in inner.destroyed, 5, "the stale environment destroyed")
+    wait_for(lambda: "env-1" in inner.destroyed, "the stale environment destroyed")
 
 
 def test_an_idle_environment_is_replaced_in_the_background(closing) -> None:
@@ -273,8 +265,8 @@ def test_an_idle_environment_is_replaced_in_the_background(closing) -> None:
     closing(pool)
     inner.release(3)
     pool.fill()
-    wait_for(lambda: "env-1" in inner.destroyed, 10, "env-1 replaced after its idle limit")
-    wait_for(lambda: pool.counts()["made"] >= 2, 10, "a replacement made")
+    wait_for(lambda: "env-1" in inner.destroyed, "env-1 replaced after its idle limit")
+    wait_for(lambda: pool.counts()["made"] >= 2, "a replacement made")
 
 
 def test_closing_destroys_every_environment_even_one_being_made() -> None:
@@ -282,12 +274,12 @@ def test_closing_destroys_every_environment_even_one_being_made() -> None:
     pool = _pool(inner, 3, 1)
     inner.release(2)
     filler, _ = _in_thread(pool.fill)
-    wait_for(lambda: pool.counts()["made"] == 2 and inner.in_flight == 1, 5, "third in flight")
+    wait_for(lambda: pool.counts()["made"] == 2 and inner.in_flight == 1, "third in flight")
     closer, _ = _in_thread(pool.close)
-    wait_for(lambda: sorted(inner.destroyed) == ["env-1", "env-2"], 5, "the ready ones gone")
+    wait_for(lambda: sorted(inner.destroyed) == ["env-1", "env-2"], "the ready ones gone")
     inner.release()  # the third create answers after the close: its worker destroys it
-    closer.join(10)
-    filler.join(10)
+    joined(closer, "the close")
+    joined(filler, "the fill")
     assert sorted(inner.destroyed) == ["env-1", "env-2", "env-3"]
     with pytest.raises(SubstrateError, match="closed"):
         _claim(pool, "late")
@@ -313,7 +305,7 @@ def test_a_rollout_on_a_local_pool_is_warm_and_destroys_what_it_claimed(
     assert warm.run["cleanup_ok"] == 1 and warm.run["cleanup_s"] > 0
     assert warm.run["time_to_first_command_s"] == warm.run["claim_s"]
     assert [a["phase"] for a in warm.actions] == ["action"]
-    wait_for(lambda: pool.counts()["ready"] == 2, 30, "the claimed slot refilled")
+    wait_for(lambda: pool.counts()["ready"] == 2, "the claimed slot refilled")
     pool.close_pool()
     assert inner.leftovers() == []
 
@@ -325,7 +317,7 @@ DOCKER_NAME = "docker-pool-test"
 
 
 def _docker_pool(size: int, concurrency: int, mode: str = "exec") -> WarmPool:
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     inner = DockerSubstrate(name=DOCKER_NAME, mode=mode)
     return WarmPool(inner, PoolSettings(size, concurrency), rollout_lifetime_s=3600 + 120)
@@ -386,7 +378,7 @@ def test_docker_claims_beat_cold_starts_and_the_pool_leaves_nothing(runner_image
             made = json.loads(record.run["provenance"])["pool"]
             assert made["create_s"] > 0 and made["orchestration_s"] > 0 and made["ready_s"] > 0
             assert record.run["cleanup_ok"] == 1  # destroyed by its rollout
-        wait_for(lambda: pool.counts()["ready"] == 2, 60, "the pool full again")
+        wait_for(lambda: pool.counts()["ready"] == 2, "the pool full again")
         assert len(pool.made) == 2 + 3  # filled, then one refill per claim: no more
     finally:
         pool.close()
@@ -406,8 +398,8 @@ def test_a_burst_on_a_docker_pool_waits_in_order_for_its_refills(runner_image: s
             return pool.claim(f"burst-{i}", lifetime_s=3720, timeout_s=120)
 
         threads = [_in_thread(claim, i) for i in range(6)]
-        for thread, _ in threads:
-            thread.join(180)
+        for i, (thread, _) in enumerate(threads):
+            joined(thread, f"claim burst-{i}", timeout_s=180)
         envs = [out[0] for _, out in threads]
         assert all(isinstance(e, Environment) for e in envs), envs
         assert len({e.env_id for e in envs}) == 6
@@ -433,12 +425,12 @@ def test_cli_probe_claims_from_a_configured_pool_and_leaves_nothing(
     done = subprocess.run(
         [sys.executable, "-m", "rtax", "probe", "--substrate", DOCKER_NAME, "--config",
          str(config), "--repeat", "3", "--db", str(db)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=deadline_s(600),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "claim" in done.stdout and "create" not in done.stdout  # the summary's phases
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["launch_type"]) == ["warm"] * 3 and list(runs["status"]) == ["ok"] * 3
     assert runs["create_s"].isna().all() and (runs["claim_s"] > 0).all()
     assert (runs["time_to_first_command_s"] == runs["claim_s"]).all()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rtax import poolmodel
-from rtax.poolmodel import arrivals, simulate, waits
+from rtax.planning import poolmodel
+from rtax.planning.poolmodel import arrivals, simulate, waits
 
 
 def test_arrivals_of_each_shape() -> None:

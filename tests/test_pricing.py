@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rtax import config, pricing
-from rtax.pricing import Limits, Price, Prices
+from rtax.planning import pricing
+from rtax.planning.pricing import Limits, Price, Prices
+from rtax.settings import config
 
 READ = date(2026, 1, 15)
 

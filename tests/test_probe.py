@@ -16,17 +16,12 @@ from typing import Any
 
 import pytest
 
-from rtax.probe import ProbeOptions, run_rollout
+from rtax.core.failures import CleanupFailed, ExecError, ReadyTimeout
+from rtax.core.options import RolloutOptions
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
 from rtax.substrates import kit
-from rtax.substrates.base import (
-    CleanupFailed,
-    CommandResult,
-    Environment,
-    ExecError,
-    Leftover,
-    ReadyTimeout,
-)
-from rtax.workloads import Action, Workload
+from rtax.substrates.base import CommandResult, Environment, Leftover
 
 
 class FakeClock:
@@ -120,7 +115,7 @@ def _run(sub: FakeSubstrate, clock: FakeClock, workload: Workload, **options: An
         run_id="r1",
         now=clock,
         provenance=PROVENANCE,
-        options=ProbeOptions(**options),
+        options=RolloutOptions(**options),
     )
 
 
@@ -313,7 +308,7 @@ def _refused(message: str) -> ExecError:
 def test_every_failure_after_create_destroys_the_environment(where: str, error_class: str) -> None:
     import threading
 
-    from rtax.substrates.base import CommandTimeout
+    from rtax.core.failures import CommandTimeout
 
     clock = FakeClock()
     commands: dict[str, Any] = {"true": (0.1, 0, ""), "s": (0.1, 0, ""), "a": (0.1, 0, "")}
@@ -392,7 +387,7 @@ def test_a_warm_start_claims_instead_of_creating_and_its_first_command_is_the_cl
 
 
 def test_a_claim_that_times_out_is_a_failed_warm_run_with_its_wait_kept() -> None:
-    from rtax.substrates.base import ClaimTimeout
+    from rtax.core.failures import ClaimTimeout
 
     clock = FakeClock()
     sub = _Pooled(clock, DURATIONS, {"a": (0.5, 0, "ok")})

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtax import projection, reference
-from rtax.projection import Crossover
+from rtax.planning import projection, published
+from rtax.planning.projection import Crossover
 
 
-@pytest.mark.parametrize("scenario", reference.SCENARIOS, ids=lambda s: s.name)
-def test_scenarios_reproduce_the_published_hours(scenario: reference.Scenario) -> None:
+@pytest.mark.parametrize("scenario", published.SCENARIOS, ids=lambda s: s.name)
+def test_scenarios_reproduce_the_published_hours(scenario: published.Scenario) -> None:
     assert round(projection.scenario_hours(scenario)) == scenario.published_hours
 
 

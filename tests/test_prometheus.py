@@ -25,11 +25,13 @@ from typing import Any
 import pytest
 
 from factories import make_record
-from rtax import config
-from rtax.metrics import BUCKETS
-from rtax.scheduler import Prober
-from rtax.store import Store
-from rtax.substrates.base import CreateFailed, Environment
+from polling import DEADLINE_S, wait_for
+from rtax.core.failures import CreateFailed
+from rtax.service.prometheus import BUCKETS
+from rtax.service.scheduler import Scheduler
+from rtax.settings import SubstrateConfig, config
+from rtax.store.database import Store
+from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "rtax.json"
@@ -50,21 +52,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except OSError as exc:  # Prometheus not listening yet
-            last = exc
-        else:
-            if last is not None and last is not False:
-                return last
-        time.sleep(0.2)  # polling with a deadline
-    raise AssertionError(f"{what} did not happen within {timeout_s} s (last: {last!r})")
 
 
 class _Broken(LocalSubstrate):
@@ -102,7 +89,7 @@ class _Prometheus:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
             {"query": expr}
         )
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=DEADLINE_S) as response:
             return json.loads(response.read())
 
     def scalar(self, expr: str) -> float | None:
@@ -121,7 +108,7 @@ class _Prometheus:
 
 
 @pytest.fixture
-def scheduler(tmp_path: Path, attrs_fixture) -> Iterator[Prober]:
+def scheduler(tmp_path: Path, attrs_fixture) -> Iterator[Scheduler]:
     """A scheduler whose one plan runs `ROLLOUTS` T0 rollouts on `local` and on `broken` at
     start (then not for an hour), over a database that already holds an older series."""
     file = tmp_path / "rtax.toml"
@@ -151,20 +138,20 @@ interval = "1h"
             )
         )
 
-    def factory(entry: config.SubstrateConfig, overrides: dict) -> LocalSubstrate:
+    def factory(entry: SubstrateConfig, overrides: dict) -> LocalSubstrate:
         kind = _Broken if entry.name == "broken" else LocalSubstrate
         params = {"root": tmp_path / "envs", "template": attrs_fixture.template}
         return kind(name=entry.name, **params, **overrides)
 
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        yield prober
+        yield scheduler
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
 
 
-def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: Prober) -> None:
+def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: Scheduler) -> None:
     _binary()
     assert scheduler.metrics_url is not None
     target = urllib.parse.urlsplit(scheduler.metrics_url).netloc
@@ -178,20 +165,29 @@ def test_prometheus_scrapes_what_the_database_holds(tmp_path: Path, scheduler: P
         prometheus.stop()
 
 
-def _check(prometheus: _Prometheus, scheduler: Prober) -> None:
+def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
     def stored() -> Any:
         with Store(scheduler.config.database, create=False) as store:
-            runs = store.runs()
+            runs = store.runs.read()
         new = runs[runs["run_id"] != "earlier"]
         return runs if len(new) == 2 * ROLLOUTS else None  # (a frame has no truth value)
 
-    runs = _wait_for(stored, 120, f"{2 * ROLLOUTS} rollouts stored")
+    runs = wait_for(stored, f"{2 * ROLLOUTS} rollouts stored", interval_s=0.2, ignoring=(OSError,))
     new = runs[runs["run_id"] != "earlier"]
     ok = new[new["status"] == "ok"]
     failed = new[new["error_class"] == "create_failed"]
     assert (len(ok), len(failed)) == (ROLLOUTS, ROLLOUTS)  # the set-up, not the metrics
 
-    _wait_for(lambda: prometheus.scalar('up{job="rtax"}') == 1, 60, "a first scrape")
+    def scraped(expr: str, expected: float) -> None:
+        """Wait until Prometheus answers `expected` to `expr` (it may not listen yet)."""
+        wait_for(
+            lambda: prometheus.scalar(expr) == expected,
+            f"Prometheus to answer {expr} == {expected}",
+            interval_s=0.2,
+            ignoring=(OSError,),
+        )
+
+    scraped('up{job="rtax"}', 1)  # a first scrape
     figures = {
         # every row this scheduler stored, by status and class
         "sum(rtax_rollouts_total)": len(new),
@@ -203,7 +199,7 @@ def _check(prometheus: _Prometheus, scheduler: Prober) -> None:
         'sum(rtax_time_to_first_command_seconds_count{substrate="broken"}) or vector(0)': 0,
     }
     for expr, expected in figures.items():
-        _wait_for(lambda e=expr, n=expected: prometheus.scalar(e) == n, 60, f"{expr} == {expected}")
+        scraped(expr, expected)
 
     total = prometheus.scalar('sum(rtax_time_to_first_command_seconds_sum{substrate="local"})')
     assert total == pytest.approx(ok["time_to_first_command_s"].sum(), rel=1e-9)

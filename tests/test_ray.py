@@ -25,11 +25,12 @@ import pytest
 
 from polling import wait_for
 from raycluster import Cluster
-from rtax import config, stats
-from rtax.engine import RolloutSpec
-from rtax.ray_engine import secrets_in
-from rtax.scheduler import Prober
-from rtax.store import Store
+from rtax.analysis import stats
+from rtax.rollouts.engines.base import RolloutSpec
+from rtax.rollouts.engines.ray import secrets_in
+from rtax.service.scheduler import Scheduler
+from rtax.settings import config
+from rtax.store.database import Store
 from rtax.substrates import kit
 from rtax.substrates.local import LABEL_FILE
 
@@ -90,7 +91,7 @@ def _runs(db: Path) -> pd.DataFrame:
     if not db.is_file():
         return pd.DataFrame(columns=["run_id"])
     with Store(db, create=False) as store:
-        return store.runs()
+        return store.runs.read()
 
 
 def _containers(docker_api, run_ids: set[str]) -> list[str]:
@@ -116,16 +117,16 @@ def test_a_burst_runs_on_both_vantages_and_stores_each_record_once(
         assert str(roots / root).encode() not in pickle.dumps(spec)
     assert secrets_in(spec) == []
 
-    prober = Prober(conf)
-    prober.start()
+    scheduler = Scheduler(conf)
+    scheduler.start()
     try:
-        wait_for(lambda: len(_runs(conf.database)) >= 26, 240, "26 stored rollouts")
-        ids = {n["vantage"]: n["node_id"] for n in prober.engine.nodes(fresh=True)}
+        wait_for(lambda: len(_runs(conf.database)) >= 26, "26 stored rollouts", timeout_s=240)
+        ids = {n["vantage"]: n["node_id"] for n in scheduler.engine.nodes(fresh=True)}
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     runs = _runs(conf.database)
     assert len(runs) == 26 and runs["run_id"].nunique() == 26  # each stored exactly once
-    assert not prober.spool.exists()
+    assert not scheduler.spool.exists()
     failed = runs[runs["status"] != "ok"]
     assert failed.empty, failed[["substrate", "vantage", "error_message"]].to_dict("records")
     by = runs.groupby(["substrate", "vantage"]).size().to_dict()
@@ -187,20 +188,20 @@ def test_a_node_lost_mid_burst_leaves_engine_errors_and_nothing_else(
                 return env
         return None
 
-    prober = Prober(conf)
-    prober.start()
+    scheduler = Scheduler(conf)
+    scheduler.start()
     try:
-        orphan = wait_for(lost_env, 120, "a rollout in flight on the us node")
+        orphan = wait_for(lost_env, "a rollout in flight on the us node")
         us.kill()
-        wait_for(lambda: len(_runs(conf.database)) >= 26, 240, "26 stored rollouts")
+        wait_for(lambda: len(_runs(conf.database)) >= 26, "26 stored rollouts", timeout_s=240)
         runs = _runs(conf.database)
         assert orphan.is_dir()  # what the lost task created is still there...
-        prober.run_reaper()  # ...until the reaper (on the surviving node) removes it
+        scheduler.run_reaper()  # ...until the reaper (on the surviving node) removes it
         assert not orphan.exists()
         assert list(envs.glob("rtax-*")) == []
         assert _containers(docker_api, set(runs["run_id"])) == []
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     assert len(_runs(conf.database)) == 26 and runs["run_id"].nunique() == 26  # none twice
     eu, lost = runs[runs["vantage"] == "eu"], runs[runs["vantage"] == "us"]
     assert (eu["status"] == "ok").all() and len(eu) == 13  # the rest complete

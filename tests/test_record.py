@@ -1,4 +1,4 @@
-"""rtax.record is the one owner of the run and action fields (docs/data.md).
+"""rtax.core.record is the one owner of the run and action fields (docs/data.md).
 
 The property: every field it declares is a column of a freshly migrated store, in the same
 order and type, and nothing else is; each migration adds exactly the fields that say they came
@@ -8,6 +8,7 @@ all drawn from it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,20 +17,24 @@ import pytest
 import sqlite_utils
 
 from factories import make_record
-from rtax import record
-from rtax.migrations import MIGRATIONS, SCHEMA_VERSION
-from rtax.probe import run_rollout
-from rtax.record import (
+from rtax.core import record
+from rtax.core.failures import ExecError
+from rtax.core.provenance import origin
+from rtax.core.record import (
     ACTION_COLUMNS,
     ACTION_FIELDS,
     RUN_COLUMNS,
     RUN_FIELDS,
+    RolloutIdentity,
+    Timings,
     failed_record,
     run_row,
 )
-from rtax.store import Store
-from rtax.substrates.base import CommandResult, Environment, ExecError
-from rtax.workloads import Action, Workload
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from rtax.substrates.base import CommandResult, Environment
 
 
 def _columns(db: sqlite_utils.Database, table: str) -> list[tuple[str, type]]:
@@ -118,16 +123,12 @@ _WORKLOAD = Workload(
 def test_a_rollout_and_a_failed_record_have_exactly_the_same_keys(fail: bool) -> None:
     finished = run_rollout(_Fake(fail), _WORKLOAD, run_id="r1")
     lost = failed_record(
-        "fake",
-        "fake",
-        None,
-        _WORKLOAD,
+        RolloutIdentity("fake", "fake", "unknown", _WORKLOAD.tier, _WORKLOAD.steps, n_actions=2),
         "r2",
         datetime.now(UTC),
         "setup_error",
         "no",
         wall_s=None,
-        fidelity="unknown",
     )
     assert list(finished.run) == list(RUN_COLUMNS)
     assert list(lost.run) == list(RUN_COLUMNS)
@@ -150,16 +151,12 @@ def test_a_finished_rollout_row_derives_what_the_model_says() -> None:
 
 def test_a_failed_record_keeps_only_what_is_known() -> None:
     row = failed_record(
-        "k8s",
-        "kubernetes",
-        None,
-        _WORKLOAD,
+        RolloutIdentity("k8s", "kubernetes", "emulated", "T1", 2, 3, n_actions=2),
         "r2",
         datetime.now(UTC),
         "setup_error",
         "x" * 5000,
         wall_s=3.0,
-        fidelity="emulated",
     ).run
     assert (row["status"], row["mode"], row["fidelity"], row["wall_s"]) == (
         "failed",
@@ -177,50 +174,37 @@ def test_a_failed_record_keeps_only_what_is_known() -> None:
 
 
 def test_run_row_refuses_unknown_and_derived_fields() -> None:
+    who = RolloutIdentity("s", "k", "real", "T0")
     base = dict(
         run_id="r",
         started_at="2025-01-01T00:00:00+00:00",
-        substrate="s",
-        kind="k",
-        mode=None,
-        tier="T0",
-        steps=0,
-        seed=0,
-        fidelity="real",
         error_class=None,
         error_message=None,
-        provenance=record.origin(),
+        provenance=origin(),
     )
     for bad in ("episode", "status", "time_to_first_command_s", "create_s", "toolchain"):
         with pytest.raises(TypeError, match=bad):
-            run_row(**base, **{bad: 1})
-    assert run_row(**base, plan="nightly")["plan"] == "nightly"
+            run_row(who, **base, **{bad: 1})
+    assert run_row(who, **base, plan="nightly")["plan"] == "nightly"
     with pytest.raises(TypeError, match="latency"):
         record.action_row(latency=1.0)
 
 
 def test_time_to_first_command_needs_a_successful_ready_command() -> None:
     phases = {"create": 1.0, "orchestration": 2.0, "ready": 4.0}
+    who = RolloutIdentity("s", "k", "real", "T0")
     kw = dict(
         run_id="r",
         started_at="t",
-        substrate="s",
-        kind="k",
-        mode=None,
-        tier="T0",
-        steps=0,
-        seed=0,
-        fidelity="real",
         error_class="ready_timeout",
         error_message="m",
-        provenance=record.origin(),
-        phases=phases,
-        wall_s=8.0,
+        provenance=origin(),
     )
     refused = record.action_row(phase="ready", ok=0)
-    assert run_row(**kw, actions=[refused])["time_to_first_command_s"] is None
+    timed = Timings(phases=phases, wall_s=8.0, actions=[refused])
+    assert run_row(who, **kw, timings=timed)["time_to_first_command_s"] is None
     accepted = record.action_row(phase="ready", ok=1)
-    row = run_row(**kw, actions=[refused, accepted])
+    row = run_row(who, **kw, timings=replace(timed, actions=[refused, accepted]))
     assert row["time_to_first_command_s"] == 7.0
     assert row["overhead_s"] == 1.0
 
@@ -229,43 +213,41 @@ def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
     """Warm (docs/measurement.md#warm-pools): no ready command ran in the run, the pool's
     handover is what makes its first command possible; a claim that handed nothing over
     (it timed out) has no time to first command, and its wait still counts in the wall."""
+    warm = RolloutIdentity("s", "k", "real", "T0", launch_type="warm")
     kw = dict(
         run_id="r",
         started_at="t",
-        substrate="s",
-        kind="k",
-        mode=None,
-        tier="T0",
-        steps=0,
-        seed=0,
-        fidelity="real",
         error_class=None,
         error_message=None,
-        provenance=record.origin(),
-        wall_s=1.0,
-        launch_type="warm",
+        provenance=origin(),
     )
     phases = {"claim": 0.25, "actions": 0.5, "cleanup": 0.125}
-    row = run_row(**kw, phases=phases, claimed=True)
+    row = run_row(warm, **kw, timings=Timings(phases=phases, wall_s=1.0, claimed=True))
     assert (row["time_to_first_command_s"], row["claim_s"], row["create_s"]) == (0.25, 0.25, None)
     assert row["overhead_s"] == 0.125 and row["launch_type"] == "warm"
-    waited = run_row(**{**kw, "error_class": "claim_timeout"}, phases={"claim": 1.0})
+    waited = run_row(
+        warm,
+        **{**kw, "error_class": "claim_timeout"},
+        timings=Timings(phases={"claim": 1.0}, wall_s=1.0),
+    )
     assert waited["time_to_first_command_s"] is None and waited["overhead_s"] == 0.0
+    cold = replace(warm, launch_type="cold")
     assert (
-        run_row(**{**kw, "launch_type": "cold"}, phases=phases)["time_to_first_command_s"] is None
+        run_row(cold, **kw, timings=Timings(phases=phases, wall_s=1.0))["time_to_first_command_s"]
+        is None
     )
     assert record.phases_of("warm") == ("claim", "setup", "actions", "cleanup")
     assert record.phases_of(None) == record.phases_of("cold")
     assert "claim" not in record.phases_of("cold")
     with pytest.raises(ValueError, match="launch_type"):
-        run_row(**{**kw, "launch_type": "tepid"})
+        run_row(replace(warm, launch_type="tepid"), **kw)
 
 
 def test_the_export_is_in_field_order(tmp_path: Path) -> None:
     with Store(tmp_path / "x.db") as store:
         store.save_rollout(make_record("r1"))
-        store.export_csv("runs", tmp_path / "runs.csv")
-        store.export_csv("actions", tmp_path / "actions.csv")
+        store.runs.export_csv("runs", tmp_path / "runs.csv")
+        store.runs.export_csv("actions", tmp_path / "actions.csv")
     assert list(pd.read_csv(tmp_path / "runs.csv").columns) == list(RUN_COLUMNS)
     context = [name for _, name in record.ACTION_CONTEXT]
     assert list(pd.read_csv(tmp_path / "actions.csv").columns) == [*ACTION_COLUMNS, *context]

@@ -1,4 +1,4 @@
-"""Scrubbing (`rtax.redaction`): exceptions and their chains, log records of any logger, rows
+"""Scrubbing (`rtax.core.redaction`): exceptions and their chains, log records of any logger, rows
 and CSV exports. The end-to-end search over every substrate is tests/test_secrets.py."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from factories import make_action, make_record, make_run
-from rtax import redaction
-from rtax.record import RolloutRecord
-from rtax.store import Store
-from rtax.substrates.base import CreateFailed, SubstrateError, redacting
+from rtax.core import redaction
+from rtax.core.failures import CreateFailed, SubstrateError
+from rtax.core.record import RolloutRecord
+from rtax.store.database import Store
+from rtax.substrates.base import redacting
 
 
 class Echoed(Exception):
@@ -141,7 +142,7 @@ def test_rows_and_csv_exports_are_scrubbed(tmp_path: Path) -> None:
         assert made.actions[0]["detail"] == "exit code 3: TOKEN=***"
         store.save_rollout(made)
         for table in ("runs", "actions"):
-            store.export_csv(table, tmp_path / f"{table}.csv")
+            store.runs.export_csv(table, tmp_path / f"{table}.csv")
     text = (tmp_path / "runs.csv").read_text() + (tmp_path / "actions.csv").read_text()
     assert text.count("saw ***") == 2 and "TOKEN=***" in text
     assert early not in text and late not in text

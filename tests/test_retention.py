@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from factories import make_action, make_run
-from rtax import retention
-from rtax.record import RolloutRecord
-from rtax.sketch import EXACT_LIMIT
-from rtax.store import Store, StoreError
+from polling import joined
+from rtax.analysis.sketch import EXACT_LIMIT
+from rtax.core.record import RolloutRecord
+from rtax.store import Store, StoreError, retention
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -55,7 +55,7 @@ def _seed(db: Path, days: int = 60, per_day: int = 40) -> None:
 
 
 def _exact(store: Store) -> dict[str, tuple[float, float, int, int]]:
-    runs = store.runs()
+    runs = store.runs.read()
     out = {}
     for sub, group in runs.groupby("substrate"):
         ok = group[group["status"] == "ok"]["episode_s"]
@@ -68,10 +68,10 @@ def test_fold_keeps_percentiles_and_shrinks_the_file(tmp_path: Path) -> None:
     _seed(db)
     with Store(db) as store:
         exact = _exact(store)
-        before_runs = store.count("runs")
+        before_runs = store.runs.count()
         report = retention.fold(store, older_than_days=30, bucket="day", now=NOW)
         assert 0 < report.runs < before_runs
-        assert store.count("runs") == before_runs - report.runs  # raw past the age: gone
+        assert store.runs.count() == before_runs - report.runs  # raw past the age: gone
         assert report.bytes_after < report.bytes_before  # and the file shrank
         table = retention.window(store, "episode_s").set_index("substrate")
         for sub, (p50, p95, n, runs) in exact.items():
@@ -95,7 +95,7 @@ def test_fold_twice_merges_into_the_same_buckets(tmp_path: Path) -> None:
         table = retention.window(store, "episode_s").set_index("substrate")
         for sub, (_, _, n, runs) in exact.items():
             assert (table.loc[sub, "n"], table.loc[sub, "runs"]) == (n, runs)
-        errors = store.rollups(metric="episode_s")["errors"]
+        errors = store.rollups.read(metric="episode_s")["errors"]
         assert any("action_timeout" in e for e in errors)
 
 
@@ -107,7 +107,7 @@ def test_small_window_after_folding_is_exactly_the_raw_answer(tmp_path: Path) ->
     with Store(db) as store:
         exact = _exact(store)
         report = retention.fold(store, older_than_days=1, now=NOW, compact=False)
-        assert report.runs > 0 and store.count("runs") > 0  # both rolled up and raw
+        assert report.runs > 0 and store.runs.count() > 0  # both rolled up and raw
         table = retention.window(store, "episode_s").set_index("substrate")
         for sub, (p50, p95, n, _) in exact.items():
             assert n <= EXACT_LIMIT
@@ -122,7 +122,7 @@ def test_rollup_rows_written_before_exact_mode_still_read(tmp_path: Path) -> Non
         retention.fold(store, older_than_days=0, now=NOW, compact=False)
         # Rewrite every episode sketch as the bucket-only sketch stored them: all samples 2 s
         # (bucket 35) plus one zero.
-        rows = store.rollups(metric="episode_s")
+        rows = store.rollups.read(metric="episode_s")
         store.db.conn.execute(
             "UPDATE rollups SET sketch = ? WHERE metric = 'episode_s'",
             ('{"35":3,"z":1}',),
@@ -178,14 +178,14 @@ def test_a_writer_with_a_short_busy_timeout_never_fails_during_retention(tmp_pat
             during = len(written) - before
     finally:
         stop.set()
-        writer.join(60)
+        joined(writer, "the writer")
         reader.execute("ROLLBACK")
         reader.close()
     assert report.runs > 1000
     assert failures == []
     assert during > 10  # the writer really wrote while maintenance ran
     with Store(db) as store:
-        assert set(written) <= set(store.runs(columns=["run_id"])["run_id"])
+        assert set(written) <= set(store.runs.read(columns=["run_id"])["run_id"])
 
 
 def test_folding_keeps_two_vantages_two_series(tmp_path: Path) -> None:
@@ -202,8 +202,8 @@ def test_folding_keeps_two_vantages_two_series(tmp_path: Path) -> None:
                 )
             )
         retention.fold(store, older_than_days=30, now=NOW, pause_s=0)
-        assert store.count("runs") == 0
-        rows = store.rollups(metric="episode_s").set_index("vantage")
+        assert store.runs.count() == 0
+        rows = store.rollups.read(metric="episode_s").set_index("vantage")
         assert rows.loc["eu", "runs"] == 2 and rows.loc["eu", "sum"] == pytest.approx(4.0)
         assert rows.loc["us", "runs"] == 1 and rows.loc["us", "sum"] == pytest.approx(10.0)
         table = retention.window(store, "episode_s").set_index("vantage")

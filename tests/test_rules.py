@@ -1,5 +1,5 @@
-"""The ``[detection]`` and ``[alerts]`` tables (rtax.rules): defaults, a full table read back,
-and every mistake one line naming its key, through `rtax config check`."""
+"""The ``[detection]`` and ``[alerts]`` tables (rtax.analysis.rules): defaults, a full table read
+back, and every mistake one line naming its key, through `rtax config check`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax import cli, config
-from rtax.changepoint import Binseg
-from rtax.paths import checkout_root
-from rtax.rules import DEFAULT_RULES, Rule
+from rtax import cli
+from rtax.analysis.changepoint import Binseg
+from rtax.analysis.rules import DEFAULT_RULES, Rule
+from rtax.core.paths import checkout_root
+from rtax.settings import config
 
 BASE = "[[substrates]]\nname = 'local'\nkind = 'local'\n"
 

@@ -1,4 +1,4 @@
-"""The live prober: plans run on schedule with their lag recorded, a hanging substrate is cut at
+"""The live scheduler: plans run on schedule with their lag recorded, a hanging substrate is cut at
 the deadline without stopping the others, one scheduler per database, and a SIGKILLed
 scheduler leaves no partial rows and its orphan is reaped at the next start."""
 
@@ -17,11 +17,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from polling import wait_for
-from rtax import config
-from rtax.config import SubstrateConfig, build_substrate
-from rtax.scheduler import LockHeld, Prober, SchedulerLock
-from rtax.store import Store
+from polling import DEADLINE_S, wait_for
+from rtax.service.lock import LockHeld, SchedulerLock
+from rtax.service.scheduler import Scheduler
+from rtax.settings import SubstrateConfig, config
+from rtax.store.database import Store
+from rtax.substrates import build_substrate
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 
@@ -45,7 +46,7 @@ def _runs(db: Path) -> pd.DataFrame:
     if not db.exists():
         return pd.DataFrame(columns=["substrate", "status"])
     with Store(db, create=False) as store:
-        return store.runs()
+        return store.runs.read()
 
 
 class _Hang(LocalSubstrate):
@@ -78,19 +79,19 @@ def factory(tmp_path: Path, attrs_fixture):
 
 
 @pytest.fixture
-def prober_of(attrs_fixture, factory) -> Iterator:
-    made: list[Prober] = []
+def scheduler_of(attrs_fixture, factory) -> Iterator:
+    made: list[Scheduler] = []
 
-    def make(conf) -> Prober:
-        prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-        made.append(prober)
-        prober.start()
-        return prober
+    def make(conf) -> Scheduler:
+        scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+        made.append(scheduler)
+        scheduler.start()
+        return scheduler
 
     yield make
     _Hang.release.set()
-    for prober in made:
-        prober.stop(wait=True)
+    for scheduler in made:
+        scheduler.stop(wait=True)
     _Hang.release.clear()
 
 
@@ -103,10 +104,10 @@ interval = "1s"
 """
 
 
-def test_short_interval_records_runs_with_lag(tmp_path: Path, prober_of) -> None:
+def test_short_interval_records_runs_with_lag(tmp_path: Path, scheduler_of) -> None:
     conf = _config(tmp_path, PLAN_T0)
-    prober_of(conf)
-    wait_for(lambda: len(_runs(conf.database)) >= 3, 30, "3 runs")
+    scheduler_of(conf)
+    wait_for(lambda: len(_runs(conf.database)) >= 3, "3 runs")
     runs = _runs(conf.database)
     assert set(runs["plan"]) == {"fast"} and (runs["status"] == "ok").all()
     scheduled = pd.to_datetime(runs["scheduled_at"], format="ISO8601")
@@ -116,7 +117,7 @@ def test_short_interval_records_runs_with_lag(tmp_path: Path, prober_of) -> None
     assert scheduled.is_monotonic_increasing and scheduled.nunique() == len(scheduled)
 
 
-def test_hanging_substrate_is_cut_and_others_keep_running(tmp_path: Path, prober_of) -> None:
+def test_hanging_substrate_is_cut_and_others_keep_running(tmp_path: Path, scheduler_of) -> None:
     plans = """
 [[plans]]
 name = "stuck"
@@ -132,7 +133,7 @@ interval = "1s"
     extra = '[[substrates]]\nname = "hang"\nkind = "local"\n'
     conf = _config(tmp_path, plans, extra, deadline="1s")  # concurrency 1, the default
     assert conf.concurrency == 1
-    prober_of(conf)
+    scheduler_of(conf)
 
     def cut_and_more() -> bool:
         runs = _runs(conf.database)
@@ -140,7 +141,7 @@ interval = "1s"
         after = runs[(runs["substrate"] == "local")]
         return len(stuck) == 1 and len(after) >= 3
 
-    wait_for(cut_and_more, 30, "the hung rollout cut and 3 local runs")
+    wait_for(cut_and_more, "the hung rollout cut and 3 local runs")
     stuck = _runs(conf.database).query("substrate == 'hang'").iloc[0]
     assert (stuck["status"], stuck["error_class"]) == ("failed", "deadline_exceeded")
     assert 1.0 <= stuck["wall_s"] < 5
@@ -155,14 +156,14 @@ def test_a_pooled_substrate_is_filled_at_start_claimed_from_and_emptied_at_stop(
     plans = PLAN_T0.replace('substrates = ["local"]', 'substrates = ["local", "warm"]')
     extra = '[[substrates]]\nname = "warm"\nkind = "local"\npool = { size = 2 }\n'
     conf = _config(tmp_path, plans, extra)
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        (pool,) = prober.compose.pools.values()
+        (pool,) = scheduler.compose.pools.values()
         assert pool.counts()["ready"] == 2  # filled before the first plan ran
-        wait_for(lambda: (_runs(conf.database)["substrate"] == "warm").sum() >= 3, 30, "3 warm")
+        wait_for(lambda: (_runs(conf.database)["substrate"] == "warm").sum() >= 3, "3 warm")
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     runs = _runs(conf.database)
     assert (runs["status"] == "ok").all()
     warm, cold = runs[runs["substrate"] == "warm"], runs[runs["substrate"] == "local"]
@@ -174,16 +175,16 @@ def test_a_pooled_substrate_is_filled_at_start_claimed_from_and_emptied_at_stop(
     assert leftovers == []
 
 
-def test_a_second_scheduler_refuses(tmp_path: Path, prober_of) -> None:
+def test_a_second_scheduler_refuses(tmp_path: Path, scheduler_of) -> None:
     conf = _config(tmp_path, PLAN_T0)
-    prober_of(conf)
+    scheduler_of(conf)
     with pytest.raises(LockHeld, match="another scheduler"):
         SchedulerLock(conf.database).acquire()
     done = subprocess.run(
         [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=DEADLINE_S,
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("rtax schedule: error: another")
@@ -205,7 +206,7 @@ interval = "1h"
     env = {**os.environ, "RTAX_LOCAL_ROOT": str(tmp_path / "envs")}
     cmd = [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    from rtax.substrates.docker import DockerSubstrate
+    from rtax.substrates.docker.substrate import DockerSubstrate
 
     docker = DockerSubstrate()
     try:
@@ -214,16 +215,14 @@ interval = "1h"
             lambda: [
                 lo for lo in docker.leftovers() if lo.owner and lo.owner.endswith(f":{proc.pid}")
             ],
-            120,
             "a rollout container",
         )[0]
         wait_for(
             lambda: "running" in docker.api.inspect_container(victim.env_id)["State"]["Status"],
-            30,
             "the container running",
         )
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=DEADLINE_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -235,16 +234,15 @@ interval = "1h"
     try:
         wait_for(
             lambda: victim.env_id not in [lo.env_id for lo in docker.leftovers()],
-            120,
             "the orphan reaped by the next scheduler",
         )
     finally:
         again.send_signal(signal.SIGTERM)
-        _, err = again.communicate(timeout=120)
+        _, err = again.communicate(timeout=DEADLINE_S)
     assert b"reaped docker leftover" in err
 
 
-def test_health_reports_what_is_missing(tmp_path: Path, prober_of, capsys) -> None:
+def test_health_reports_what_is_missing(tmp_path: Path, scheduler_of, capsys) -> None:
     from rtax import cli
 
     conf = _config(tmp_path, PLAN_T0)
@@ -252,13 +250,13 @@ def test_health_reports_what_is_missing(tmp_path: Path, prober_of, capsys) -> No
     assert cli.main(["health", "--url", dead_url, "--config", str(conf.path)]) == 1
     err = capsys.readouterr().err
     assert "dashboard" in err and "no scheduler holds the database lock" in err
-    prober_of(conf)
+    scheduler_of(conf)
     assert cli.main(["health", "--url", dead_url, "--config", str(conf.path)]) == 1
     err = capsys.readouterr().err
     assert "dashboard" in err and "scheduler" not in err  # the scheduler part is healthy now
 
 
-def test_a_rollout_that_cannot_start_is_kept_as_a_failure(tmp_path: Path, prober_of) -> None:
+def test_a_rollout_that_cannot_start_is_kept_as_a_failure(tmp_path: Path, scheduler_of) -> None:
     plans = """
 [[plans]]
 name = "broken"
@@ -268,15 +266,15 @@ interval = "1h"
 """
     extra = '[[substrates]]\nname = "flaky"\nkind = "local"\n'
     conf = _config(tmp_path, plans, extra)  # the factory fails for "flaky" after start-up
-    prober_of(conf)
-    wait_for(lambda: len(_runs(conf.database)) >= 1, 30, "the failed row")
+    scheduler_of(conf)
+    wait_for(lambda: len(_runs(conf.database)) >= 1, "the failed row")
     run = _runs(conf.database).iloc[0]
     assert (run["status"], run["error_class"], run["plan"]) == ("failed", "setup_error", "broken")
     assert run["fidelity"] == "real"  # a local substrate is real by construction, not by default
     assert "control plane unreachable" in run["error_message"]
 
 
-def test_daily_budgets_pause_a_substrate(tmp_path: Path, prober_of) -> None:
+def test_daily_budgets_pause_a_substrate(tmp_path: Path, scheduler_of) -> None:
     """Rollout and environment-minute budgets stop probing once used up today; runs from an
     earlier UTC day don't count; an unbudgeted substrate keeps running (the clock here)."""
     from factories import make_record
@@ -306,8 +304,8 @@ interval = "1s"
                     f"old-{i}", substrate="two-a-day", started_at="2020-01-01T00:00:00+00:00"
                 )
             )
-    prober_of(conf)
-    wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, 60, "4 runs")
+    scheduler_of(conf)
+    wait_for(lambda: (_runs(conf.database)["substrate"] == "local").sum() >= 4, "4 runs")
     today = _runs(conf.database)
     today = today[~today["run_id"].str.startswith("old-")]
     counts = today["substrate"].value_counts()
@@ -330,15 +328,17 @@ kind = "local"
 max_env_minutes_per_day = 1
 """
     conf = _config(tmp_path, "", extra_substrates=budgets)
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
     with Store(conf.database) as store:
-        assert prober._over_budget(conf.substrates["one-a-day"], store) is None
-        prober._in_flight["one-a-day"] = [time.monotonic()]
-        assert "1 of 1 rollouts" in prober._over_budget(conf.substrates["one-a-day"], store)
-        prober._in_flight["a-minute-a-day"] = [time.monotonic() - 30]
-        assert prober._over_budget(conf.substrates["a-minute-a-day"], store) is None
-        prober._in_flight["a-minute-a-day"] = [time.monotonic() - 90]
-        why = prober._over_budget(conf.substrates["a-minute-a-day"], store)
+        assert scheduler.dispatcher.over_budget(conf.substrates["one-a-day"], store) is None
+        scheduler.dispatcher.in_flight["one-a-day"] = [time.monotonic()]
+        assert "1 of 1 rollouts" in scheduler.dispatcher.over_budget(
+            conf.substrates["one-a-day"], store
+        )
+        scheduler.dispatcher.in_flight["a-minute-a-day"] = [time.monotonic() - 30]
+        assert scheduler.dispatcher.over_budget(conf.substrates["a-minute-a-day"], store) is None
+        scheduler.dispatcher.in_flight["a-minute-a-day"] = [time.monotonic() - 90]
+        why = scheduler.dispatcher.over_budget(conf.substrates["a-minute-a-day"], store)
         assert why is not None and "environment-minutes" in why
 
 
@@ -370,13 +370,12 @@ def test_sigterm_during_ready_exits_promptly_and_records_nothing(
         # In the ready phase: its environment exists and it has been refused a few times.
         wait_for(
             lambda: attempts.exists() and len(attempts.read_text().split()) >= 3,
-            60,
             "ready attempts",
         )
         assert list(envs.glob("rtax-*")), "the rollout's environment exists while in ready"
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=DEADLINE_S)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
@@ -397,7 +396,7 @@ class _Unreachable(LocalSubstrate):
 def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
     tmp_path: Path, attrs_fixture
 ) -> None:
-    from rtax import stats
+    from rtax.analysis import stats
 
     plans = PLAN_T0.replace('interval = "1s"', 'interval = "1h"') + (
         '[[plans]]\nname = "clone"\nsubstrates = ["local"]\ntier = "T2"\ninterval = "1h"\n'
@@ -407,12 +406,12 @@ def test_a_git_daemon_that_cannot_bind_is_a_harness_error_kept_apart(
     def factory(conf: SubstrateConfig, overrides: dict):
         return _Unreachable(name=conf.name, root=tmp_path / "envs", template=attrs_fixture.template)
 
-    prober = Prober(conf, factory=factory, fixture=attrs_fixture)
-    prober.start()
+    scheduler = Scheduler(conf, factory=factory, fixture=attrs_fixture)
+    scheduler.start()
     try:
-        wait_for(lambda: len(_runs(conf.database)) >= 2, 60, "the T0 and the T2 rows")
+        wait_for(lambda: len(_runs(conf.database)) >= 2, "the T0 and the T2 rows")
     finally:
-        prober.stop(wait=True)
+        scheduler.stop(wait=True)
     runs = _runs(conf.database)
     t0, t2 = (runs[runs["tier"] == t].iloc[0] for t in ("T0", "T2"))
     assert t0["status"] == "ok"
@@ -428,18 +427,18 @@ def test_a_record_the_database_cannot_take_is_spooled_then_written(tmp_path: Pat
     from factories import make_record
 
     conf = _config(tmp_path, "")
-    prober = Prober(conf)
+    scheduler = Scheduler(conf)
     conf.database.mkdir()  # the database is unavailable (here: a folder stands in its place)
-    prober.save(make_record("first"))
-    assert prober.spool.exists() and not conf.database.is_file()  # nothing written, kept
+    scheduler.save(make_record("first"))
+    assert scheduler.spool.exists() and not conf.database.is_file()  # nothing written, kept
     conf.database.rmdir()
-    prober.save(make_record("second"))  # the database is back: the spool goes first
-    assert not prober.spool.exists()
+    scheduler.save(make_record("second"))  # the database is back: the spool goes first
+    assert not scheduler.spool.exists()
     assert sorted(_runs(conf.database)["run_id"]) == ["first", "second"]
 
 
 def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None:
-    from rtax.scheduler import configured_fidelity
+    from rtax.substrates import configured_fidelity
 
     def entry(kind: str, **fields) -> SubstrateConfig:
         return SubstrateConfig(name=kind, kind=kind, params=fields.pop("params", {}), **fields)
@@ -451,10 +450,10 @@ def test_a_row_that_never_started_never_defaults_to_real(tmp_path: Path) -> None
 
 
 def test_start_replays_what_a_probe_spooled_in_either_place(
-    tmp_path: Path, prober_of, monkeypatch
+    tmp_path: Path, scheduler_of, monkeypatch
 ) -> None:
     from factories import make_record
-    from rtax.spool import Spool
+    from rtax.store.spool import Spool
 
     monkeypatch.setenv("RTAX_SPOOL_DIR", str(tmp_path / "state"))
     conf = _config(tmp_path, "")
@@ -464,13 +463,13 @@ def test_start_replays_what_a_probe_spooled_in_either_place(
         record = make_record(run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"run": record.run, "actions": record.actions}) + "\n")
-    prober_of(conf)
+    scheduler_of(conf)
     assert sorted(_runs(conf.database)["run_id"]) == ["away", "beside"]
     assert not spool.path.exists() and not spool.fallback.exists()
 
 
 def test_detection_runs_beside_probing_and_alerts_once_per_incident(
-    tmp_path: Path, prober_of
+    tmp_path: Path, scheduler_of
 ) -> None:
     """Every local rollout breaches a 1 ms p95 rule: one incident, one alert, while probing
     goes on; a receiver that hangs on the alert does not stop rollouts being stored."""
@@ -495,18 +494,18 @@ p95_above = "1ms"
 samples = 1
 """,
         )
-        prober = prober_of(conf)
-        wait_for(lambda: receiver.requests == 1, 30, "the alert posted")
+        scheduler = scheduler_of(conf)
+        wait_for(lambda: receiver.requests == 1, "the alert posted")
         stored = len(_runs(conf.database))
-        wait_for(lambda: len(_runs(conf.database)) >= stored + 2, 30, "rollouts while it hangs")
+        wait_for(lambda: len(_runs(conf.database)) >= stored + 2, "rollouts while it hangs")
         receiver.hold.set()
-        wait_for(lambda: receiver.bodies, 30, "the alert delivered")
+        wait_for(lambda: receiver.bodies, "the alert delivered")
         with Store(conf.database, create=False) as store:
-            (incident,) = store.incidents().to_dict("records")
+            (incident,) = store.incidents.read().to_dict("records")
         assert incident["state"] == "open" and incident["rule"] == "slow"
         passes = len(_runs(conf.database))
-        wait_for(lambda: len(_runs(conf.database)) >= passes + 2, 30, "more rollouts")
-        assert prober.notifier is not None
+        wait_for(lambda: len(_runs(conf.database)) >= passes + 2, "more rollouts")
+        assert scheduler.notifier is not None
         assert len(receiver.bodies) == 1 and receiver.requests == 1
     finally:
         receiver.close()

@@ -35,12 +35,13 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from rtax import workloads
-from rtax.config import SubstrateConfig, build_substrate
-from rtax.probe import run_rollout
-from rtax.store import Store
-from rtax.substrates import kit
-from rtax.substrates.base import SubstrateError
+from polling import DEADLINE_S
+from rtax.core import workloads
+from rtax.core.failures import SubstrateError
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings import SubstrateConfig
+from rtax.store.database import Store
+from rtax.substrates import build_substrate, kit
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = (
@@ -249,7 +250,7 @@ def _log_chained(secret: str) -> None:
 def _env_of_a_command(sub: Any) -> str:
     env = sub.create("secrets-env")
     try:
-        sub.wait_running(env, 120)
+        sub.wait_running(env, DEADLINE_S)
         result = sub.run(env, "env", 60)
     finally:
         sub.destroy(env, 120)
@@ -262,7 +263,7 @@ def _dashboard_text(db: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("RTAX_DB", str(db))
     st.cache_data.clear()
     shown = []
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=DEADLINE_S)
     at.run()
     for page in PAGES:
         at.switch_page(f"pages/{page}.py")
@@ -333,7 +334,7 @@ def test_planted_secret_is_nowhere(
             store.save_rollout(record)
         exports = []
         for table in ("runs", "actions"):
-            store.export_csv(table, tmp_path / f"{table}.csv")
+            store.runs.export_csv(table, tmp_path / f"{table}.csv")
             exports.append((tmp_path / f"{table}.csv").read_text())
         during = _files(db)
     out, err = capfd.readouterr()

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rtax import stats
-from rtax.sketch import ALPHA, EXACT_LIMIT, GAMMA, Sketch
+from rtax.analysis import stats
+from rtax.analysis.sketch import ALPHA, EXACT_LIMIT, GAMMA, Sketch
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 quantile = st.floats(0, 100)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from factories import make_record
-from rtax import batch, cli
-from rtax.spool import MEMORY, Spool
-from rtax.store import Store
+from rtax import cli
+from rtax.rollouts import probe
+from rtax.store.database import Store
+from rtax.store.spool import MEMORY, Spool
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +62,7 @@ def test_probe_keeps_rollouts_the_busy_database_could_not_take_then_writes_them(
     writer_holding_the_lock.execute("ROLLBACK")
     assert run_ids(db) == []
 
-    done = batch.probe("local", repeat=1, db=db)  # the next start writes them first
+    done = probe.probe(probe.Probe("local", repeat=1, db=db))  # the next start writes them first
     assert not done.spooled and done.replayed == 2
     assert len(run_ids(db)) == 3
     assert not Path(f"{db}.spool.jsonl").exists()
@@ -76,7 +77,7 @@ def test_a_rollout_spooled_then_written_by_the_next_save_is_reported_stored(
     """The first rollout meets a busy database and is spooled; the other writer is done by the
     second, whose save writes both: the probe stored everything, says nothing of a spool and
     exits 0 (it used to report the first as spooled to a file that no longer exists)."""
-    real = batch.run_rollout
+    real = probe.run_rollout
     calls = []
 
     def second_after_release(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -85,7 +86,7 @@ def test_a_rollout_spooled_then_written_by_the_next_save_is_reported_stored(
             writer_holding_the_lock.execute("ROLLBACK")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(batch, "run_rollout", second_after_release)
+    monkeypatch.setattr(probe, "run_rollout", second_after_release)
     code = cli.main(["probe", "--substrate", "local", "--repeat", "2", "--db", str(db), "--quiet"])
     err = capsys.readouterr().err
     assert len(run_ids(db)) == 2
@@ -151,7 +152,7 @@ def test_replay_writes_each_record_once_and_never_a_cut_short_one(db: Path) -> N
     with Store(db) as store:
         store.save_rollout(make_record("r2"))  # written before a crash removed the file
         assert spool.replay(store) == 1
-        actions = store.actions(run_id="r1")
+        actions = store.runs.actions(run_id="r1")
     assert run_ids(db) == ["r1", "r2"]
     assert len(actions) == len(make_record("r1").actions)
     assert spool.spooled() == 0

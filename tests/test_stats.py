@@ -1,4 +1,4 @@
-"""rtax.stats on hand-made numbers: every expected figure below was worked out by hand.
+"""rtax.analysis.stats on hand-made numbers: every expected figure below was worked out by hand.
 
 Percentiles are numpy's linear interpolation (type 7): rank = q/100 * (n - 1), interpolate
 between the two closest order statistics.
@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtax import stats
-from rtax.record import METRIC_COLUMNS, PHASE_COLUMNS
-from rtax.stats import TrajectoryFit
+from rtax.analysis import stats
+from rtax.analysis.stats import TrajectoryFit
+from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.series import DIMENSIONS
 
 #: The phases of a cold run (a warm one has claim_s instead of create … ready).
 COLD = tuple(c for c in PHASE_COLUMNS if c != "claim_s")
@@ -41,6 +42,8 @@ def run(
         "substrate": substrate,
         "mode": "exec",
         "fidelity": "real",
+        "launch_type": "cold",
+        "vantage": "local",
         "tier": tier,
         "steps": steps,
         "status": status,
@@ -162,6 +165,8 @@ def test_latency_table_groups_by_substrate_tier_steps() -> None:
         "substrate",
         "mode",
         "fidelity",
+        "launch_type",
+        "vantage",
         "tier",
         "steps",
         "runs",
@@ -293,7 +298,7 @@ def test_phase_means_per_group() -> None:
         run("b", phases=(0.5,) * 7),
     )
     means = stats.phase_means(runs)
-    assert list(means.columns) == [*stats.DEFAULT_GROUP, "n", *PHASE_COLUMNS]
+    assert list(means.columns) == [*DIMENSIONS, "n", *PHASE_COLUMNS]
     assert means["substrate"].tolist() == ["a", "b"]
     assert means["n"].tolist() == [2, 1]
     a = means.iloc[0]
@@ -322,7 +327,7 @@ def test_phase_means_add_up_to_mean_of_per_run_sums() -> None:
 def test_phase_means_with_no_successful_runs() -> None:
     means = stats.phase_means(frame(run(status="failed")))
     assert means.empty
-    assert list(means.columns) == [*stats.DEFAULT_GROUP, "n", *PHASE_COLUMNS]
+    assert list(means.columns) == [*DIMENSIONS, "n", *PHASE_COLUMNS]
 
 
 # -- amortized_per_action --------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The status board's rules (rtax.status) and the ``[status]`` table: each state from runs
+"""The status board's rules (rtax.analysis.status) and the ``[status]`` table: each state from runs
 whose verdict is worked out by hand, the stale limit from the plans, the card's 24-hour
 figures from the store against values computed by hand, and every config mistake named."""
 
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax import config, status
-from rtax.incidents import series_key
-from rtax.status import StatusRules, judge
-from rtax.store import Store
+from rtax.analysis import status
+from rtax.analysis.status import StatusRules, judge
+from rtax.core.series import Series
+from rtax.settings import config
+from rtax.store.database import Store
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 BASE = "[[substrates]]\nname = 'local'\nkind = 'local'\n"
@@ -132,9 +133,9 @@ def test_a_card_carries_the_days_figures_from_the_store(tmp_path: Path) -> None:
             make_record("old", substrate="docker", kind="docker", time_to_first_command_s=9.0,
                         started_at=(now - timedelta(days=2)).isoformat())
         )  # fmt: skip
-        key = series_key({"substrate": "docker", "tier": "T0", "steps": 0, "mode": "exec",
-                          "fidelity": "real"})  # fmt: skip
-        store.add_incident({"series": key, "substrate": "docker", "tier": "T0", "steps": 0,
+        key = Series.of({"substrate": "docker", "tier": "T0", "steps": 0, "mode": "exec",
+                         "fidelity": "real"}).key  # fmt: skip
+        store.incidents.add({"series": key, "substrate": "docker", "tier": "T0", "steps": 0,
                             "mode": "exec", "fidelity": "real", "metric": "time_to_first_command",
                             "rule": "ttfc-change", "detector": "binseg", "start": now.isoformat(),
                             "opened_at": now.isoformat(), "alert_open": "off"})  # fmt: skip

@@ -16,18 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from rtax import batch, cli, stopping
-from rtax.store import Store
+from rtax import cli
+from rtax.rollouts import probe
+from rtax.service import stopping
+from rtax.store.database import Store
 
 
 def test_a_stop_flag_ends_the_batch_and_stores_nothing_half_done(tmp_path: Path) -> None:
     stop = threading.Event()
     stop.set()
-    done = batch.probe("local", tier="T0", repeat=3, db=tmp_path / "x.db", stop=stop)
+    done = probe.probe(probe.Probe("local", tier="T0", repeat=3, db=tmp_path / "x.db"), stop=stop)
     assert isinstance(done.interrupted, KeyboardInterrupt)
     assert done.records == []
     with Store(tmp_path / "x.db") as store:
-        assert store.count("runs") == 0
+        assert store.runs.count() == 0
 
 
 class _SignalsInFinalizer:

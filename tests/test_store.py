@@ -1,5 +1,6 @@
-"""rtax.store.Store on fresh temporary databases: schema, writes, reads, filters, migrations and
-the errors that must come out as StoreError (one readable line), never as a raw sqlite3 error."""
+"""rtax.store.Store and its tables on fresh temporary databases: schema, writes, reads, filters,
+migrations and the errors that must come out as StoreError (one readable line), never as a raw
+sqlite3 error."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pytest
 import sqlite_utils
 
 from factories import make_action, make_record, make_run
-from rtax import migrations
-from rtax import store as store_module
-from rtax.migrations import SCHEMA_VERSION
-from rtax.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
-from rtax.store import Store, StoreError
+from rtax.core.record import ACTION_COLUMNS, RUN_COLUMNS, RolloutRecord
+from rtax.store import Store, StoreError, frozen, migrations
+from rtax.store import database as store_module
+from rtax.store import summaries as store_summaries
+from rtax.store.migrations import SCHEMA_VERSION
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -36,7 +37,7 @@ def test_new_database_has_current_schema_and_wal(store: Store, db_path: Path) ->
     assert set(store.db.table_names()) >= {"runs", "actions"}
     assert list(store.db["runs"].columns_dict) == list(RUN_COLUMNS)
     assert list(store.db["actions"].columns_dict) == list(ACTION_COLUMNS)
-    assert store.count("runs") == 0 and store.count("actions") == 0
+    assert store.runs.count() == 0 and store.runs.count_actions() == 0
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -48,7 +49,7 @@ def test_reopening_applies_no_migration_and_keeps_rows(db_path: Path) -> None:
     with Store(db_path) as s:
         assert s.migrate() == []
         assert s.version == SCHEMA_VERSION
-        assert s.runs()["run_id"].tolist() == ["r1"]
+        assert s.runs.read()["run_id"].tolist() == ["r1"]
 
 
 # -- writing and reading ---------------------------------------------------------------------
@@ -57,10 +58,10 @@ def test_reopening_applies_no_migration_and_keeps_rows(db_path: Path) -> None:
 def test_save_rollout_writes_one_run_and_its_actions(store: Store) -> None:
     record = make_record("r1", phases=("ready", "ready", "setup", "action", "action"))
     store.save_rollout(record)
-    assert store.count("runs") == 1
-    assert store.count("actions") == 5
+    assert store.runs.count() == 1
+    assert store.runs.count_actions() == 5
 
-    runs = store.runs()
+    runs = store.runs.read()
     assert isinstance(runs, pd.DataFrame)
     assert len(runs) == 1
     row = runs.iloc[0]
@@ -72,7 +73,7 @@ def test_save_rollout_writes_one_run_and_its_actions(store: Store) -> None:
         else:
             assert row[key] == value, key
 
-    actions = store.actions()
+    actions = store.runs.actions()
     assert isinstance(actions, pd.DataFrame)
     assert actions["seq"].tolist() == [0, 1, 2, 3, 4]
     assert actions["phase"].tolist() == ["ready", "ready", "setup", "action", "action"]
@@ -91,7 +92,7 @@ def test_save_rollout_without_mode_defaults_to_exec(store: Store) -> None:
     record = make_record("r1")
     del record.run["mode"]
     store.save_rollout(record)
-    assert store.runs()["mode"].tolist() == ["exec"]
+    assert store.runs.read()["mode"].tolist() == ["exec"]
 
 
 def test_save_rollout_keeps_a_failed_run_with_its_error(store: Store) -> None:
@@ -106,10 +107,10 @@ def test_save_rollout_keeps_a_failed_run_with_its_error(store: Store) -> None:
     )
     record.actions[0].update(ok=0, error_class="action_timeout", exit_code=None, exec_s=None)
     store.save_rollout(record)
-    run = store.runs().iloc[0]
+    run = store.runs.read().iloc[0]
     assert (run["status"], run["error_class"]) == ("failed", "ready_timeout")
     assert pd.isna(run["episode_s"])
-    action = store.actions().iloc[0]
+    action = store.runs.actions().iloc[0]
     assert (action["ok"], action["error_class"]) == (0, "action_timeout")
     assert pd.isna(action["exit_code"])
 
@@ -118,14 +119,14 @@ def test_runs_are_ordered_oldest_first(store: Store) -> None:
     store.save_rollout(make_record("b", started_at="2025-01-03T00:00:00+00:00"))
     store.save_rollout(make_record("a", started_at="2025-01-02T00:00:00+00:00"))
     store.save_rollout(make_record("c", started_at="2025-01-01T00:00:00+00:00"))
-    assert store.runs()["run_id"].tolist() == ["c", "a", "b"]
-    assert store.actions()["run_id"].tolist() == ["c", "c", "a", "a", "b", "b"]
+    assert store.runs.read()["run_id"].tolist() == ["c", "a", "b"]
+    assert store.runs.actions()["run_id"].tolist() == ["c", "c", "a", "a", "b", "b"]
 
 
 def test_empty_reads_are_empty_frames_with_columns(store: Store) -> None:
-    runs = store.runs()
+    runs = store.runs.read()
     assert runs.empty and "run_id" in runs.columns and "mode" in runs.columns
-    actions = store.actions()
+    actions = store.runs.actions()
     assert actions.empty and "latency_s" in actions.columns
 
 
@@ -191,46 +192,50 @@ def ids(frame: pd.DataFrame) -> list[str]:
     ],
 )
 def test_filters(filled: Store, filters: dict[str, Any], expected: list[str]) -> None:
-    assert ids(filled.runs(**filters)) == expected
-    assert ids(filled.actions(**filters)) == expected
+    assert ids(filled.runs.read(**filters)) == expected
+    assert ids(filled.runs.actions(**filters)) == expected
 
 
 def test_actions_phase_filter(filled: Store) -> None:
-    setup = filled.actions(phase="setup")
+    setup = filled.runs.actions(phase="setup")
     assert len(setup) == 5
     assert set(setup["phase"]) == {"setup"}
-    both = filled.actions(phase=["ready", "action"], substrate="docker")
+    both = filled.runs.actions(phase=["ready", "action"], substrate="docker")
     assert len(both) == 4
     assert set(both["phase"]) == {"ready", "action"}
     assert ids(both) == ["r3", "r4"]
-    assert filled.actions(phase="nope").empty
-    assert len(filled.actions(phase=None)) == 15
+    assert filled.runs.actions(phase="nope").empty
+    assert len(filled.runs.actions(phase=None)) == 15
 
 
-@pytest.mark.parametrize("method", ["runs", "actions"])
+@pytest.mark.parametrize("method", ["read", "actions"])
 def test_unknown_filter_raises_store_error(filled: Store, method: str) -> None:
     with pytest.raises(StoreError, match="unknown filter 'colour'"):
-        getattr(filled, method)(colour="red")
+        getattr(filled.runs, method)(colour="red")
 
 
 def test_phase_is_not_a_runs_filter(filled: Store) -> None:
     with pytest.raises(StoreError, match="unknown filter 'phase'"):
-        filled.runs(phase="setup")
+        filled.runs.read(phase="setup")
 
 
 def test_internal_phase_key_is_not_a_runs_filter(filled: Store) -> None:
     with pytest.raises(StoreError, match="unknown filter"):
-        filled.runs(_phase="setup")
+        filled.runs.read(_phase="setup")
 
 
 def test_filter_values_are_parameters_not_sql(filled: Store) -> None:
-    assert filled.runs(substrate="local' OR '1'='1").empty
-    assert filled.count("runs") == 5
+    assert filled.runs.read(substrate="local' OR '1'='1").empty
+    assert filled.runs.count() == 5
 
 
 def test_count_unknown_table(store: Store) -> None:
+    # Counting names no table any more (store.runs.count, store.runs.count_actions); where a
+    # caller still names one (the CSV export) or a column (a filter), it never reaches SQL.
     with pytest.raises(StoreError, match="unknown table"):
-        store.count("sqlite_master")
+        list(store.runs.csv_chunks("sqlite_master"))
+    with pytest.raises(StoreError, match="unknown filter"):
+        store.runs.count(sqlite_master="x")
 
 
 # -- atomicity and integrity -----------------------------------------------------------------
@@ -242,16 +247,16 @@ def test_save_rollout_is_all_or_nothing(store: Store, db_path: Path) -> None:
     record.actions[2]["seq"] = 1  # (run_id, seq) is the primary key: a duplicate
     with pytest.raises((sqlite3.IntegrityError, StoreError)):
         store.save_rollout(record)
-    assert store.runs()["run_id"].tolist() == ["before"]
-    assert store.actions(run_id="broken").empty
-    assert store.count("actions") == 2
+    assert store.runs.read()["run_id"].tolist() == ["before"]
+    assert store.runs.actions(run_id="broken").empty
+    assert store.runs.count_actions() == 2
     # Nothing is left half-written on disk either (seen from another connection).
     with raw(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM runs WHERE run_id='broken'").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM actions WHERE run_id='broken'").fetchone() == (0,)
     # ... and the store is still usable.
     store.save_rollout(make_record("after", started_at="2025-01-02T00:00:00+00:00"))
-    assert store.runs()["run_id"].tolist() == ["before", "after"]
+    assert store.runs.read()["run_id"].tolist() == ["before", "after"]
 
 
 def test_saving_the_same_run_id_twice_keeps_the_first(store: Store) -> None:
@@ -260,10 +265,10 @@ def test_saving_the_same_run_id_twice_keeps_the_first(store: Store) -> None:
     second.actions = [make_action("r1", i + 10) for i in range(3)]  # new seqs: only the run clashes
     with pytest.raises((sqlite3.IntegrityError, StoreError)):
         store.save_rollout(second)
-    runs = store.runs()
+    runs = store.runs.read()
     assert len(runs) == 1
     assert runs.iloc[0]["episode_s"] == pytest.approx(1.5)
-    assert store.actions()["seq"].tolist() == [0, 1]
+    assert store.runs.actions()["seq"].tolist() == [0, 1]
 
 
 def test_action_of_an_unknown_run_is_refused(store: Store) -> None:
@@ -271,14 +276,14 @@ def test_action_of_an_unknown_run_is_refused(store: Store) -> None:
     record.actions[1]["run_id"] = "ghost"  # foreign key to runs
     with pytest.raises((sqlite3.IntegrityError, StoreError)):
         store.save_rollout(record)
-    assert store.count("runs") == 0
-    assert store.count("actions") == 0
+    assert store.runs.count() == 0
+    assert store.runs.count_actions() == 0
 
 
 def test_run_without_substrate_is_refused(store: Store) -> None:
     with pytest.raises((sqlite3.IntegrityError, StoreError)):
         store.save_rollout(make_record("r1", substrate=None))
-    assert store.count("runs") == 0
+    assert store.runs.count() == 0
 
 
 # -- migrations ------------------------------------------------------------------------------
@@ -312,11 +317,11 @@ def test_v1_file_is_upgraded(db_path: Path) -> None:
 
     with Store(db_path) as s:
         assert s.version == SCHEMA_VERSION
-        runs = s.runs()
+        runs = s.runs.read()
         assert runs["run_id"].tolist() == ["old-run"]
         assert runs.iloc[0]["mode"] == "exec"
         assert runs.iloc[0]["episode_s"] == pytest.approx(2.5)
-        assert s.actions()["run_id"].tolist() == ["old-run"]
+        assert s.runs.actions()["run_id"].tolist() == ["old-run"]
         index_columns = {tuple(i.columns) for i in s.db["runs"].indexes}
         assert ("substrate", "tier", "steps", "started_at") in index_columns
         assert ("started_at",) in index_columns
@@ -324,7 +329,7 @@ def test_v1_file_is_upgraded(db_path: Path) -> None:
         assert s.db.journal_mode == "wal"
         # New rows can be written beside the old one.
         s.save_rollout(make_record("new-run", mode="session"))
-        assert s.runs()["mode"].tolist() == ["exec", "session"]
+        assert s.runs.read()["mode"].tolist() == ["exec", "session"]
 
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -356,12 +361,12 @@ def test_v4_file_gains_resolution_columns_and_keeps_old_rows(db_path: Path) -> N
                 ],
             )
         )
-        runs = s.runs().set_index("run_id")
+        runs = s.runs.read().set_index("run_id")
         assert pd.isna(runs.loc["old-run", "orchestration_res_s"])
         assert runs.loc["new-run", "orchestration_res_s"] == pytest.approx(0.25)
         assert runs.loc["new-run", "cleanup_res_s"] == 0.0
         assert pd.isna(runs.loc["new-run", "create_res_s"])
-        actions = s.actions()
+        actions = s.runs.actions()
         old_res = actions[actions["run_id"] == "old-run"]["resolution_s"]
         new_res = actions[actions["run_id"] == "new-run"]["resolution_s"]
         assert old_res.isna().all() and len(old_res) == 1
@@ -393,7 +398,7 @@ def test_v8_file_gains_launch_types_its_rows_cold_and_its_rollups_kept(db_path: 
             migration(db)
     db.execute("PRAGMA user_version = 8")
     _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00"))
-    rollup = dict.fromkeys(c for c in migrations.V4_ROLLUP_COLUMNS)
+    rollup = dict.fromkeys(c for c in frozen.V4_ROLLUP_COLUMNS)
     rollup.update(substrate="docker", kind="docker", mode="exec", fidelity="real", tier="T0")
     rollup.update(steps=0, bucket="day", bucket_start="2024-01-01T00:00:00.000000+00:00")
     rollup.update(metric="wall_s", runs=3, n=3, sum=0.75, sketch='{"v": [0.25, 0.25, 0.25]}')
@@ -403,25 +408,25 @@ def test_v8_file_gains_launch_types_its_rows_cold_and_its_rollups_kept(db_path: 
 
     with Store(db_path) as s:
         assert s.version == SCHEMA_VERSION
-        (kept,) = s.rollups().to_dict("records")
+        (kept,) = s.rollups.read().to_dict("records")
         assert (kept["launch_type"], kept["runs"], kept["sum"]) == ("cold", 3, 0.75)
         s.save_rollout(make_record("cold-run", started_at="2024-06-01T12:10:00+00:00"))
         s.save_rollout(_warm("warm-run", 0.004, started_at="2024-06-01T12:20:00+00:00"))
-        runs = s.runs().set_index("run_id")
+        runs = s.runs.read().set_index("run_id")
         assert runs["launch_type"].to_dict() == {
             "old-run": "cold",
             "cold-run": "cold",
             "warm-run": "warm",
         }
         assert pd.isna(runs.loc["old-run", "claim_s"])
-        rows = s.summaries(metrics=["time_to_first_command_s"])
+        rows = s.summaries.read(metrics=["time_to_first_command_s"])
         rows = rows[(rows["bucket"] == "day") & (rows["substrate"] == "local")]
         by_launch = rows.set_index("launch_type")[["runs", "n", "sum"]].to_dict("index")
         # two series: the cold ones' 0.06 s each (factory phases), the warm one's claim
         assert by_launch["cold"]["n"] == 2
         assert by_launch["cold"]["sum"] == pytest.approx(0.12)
         assert by_launch["warm"] == {"runs": 1, "n": 1, "sum": pytest.approx(0.004)}
-        claims = s.summaries(metrics=["claim_s", "create_s"])
+        claims = s.summaries.read(metrics=["claim_s", "create_s"])
         claims = claims[(claims["bucket"] == "day") & (claims["substrate"] == "local")]
         # a phase its launch type lacks is no metric of it: no cold claim, no warm create
         assert sorted(zip(claims["metric"], claims["launch_type"], strict=True)) == [
@@ -438,8 +443,8 @@ def test_export_carries_resolution(store: Store, tmp_path: Path) -> None:
         )
     )
     runs_csv, actions_csv = tmp_path / "runs.csv", tmp_path / "actions.csv"
-    store.export_csv("runs", runs_csv)
-    store.export_csv("actions", actions_csv)
+    store.runs.export_csv("runs", runs_csv)
+    store.runs.export_csv("actions", actions_csv)
     assert pd.read_csv(runs_csv)["ready_res_s"].tolist() == [0.02]
     assert pd.read_csv(actions_csv)["resolution_s"].tolist() == [0.05]
 
@@ -521,7 +526,7 @@ def test_create_false_opens_an_existing_file(db_path: Path) -> None:
     with Store(db_path) as s:
         s.save_rollout(make_record("r1"))
     with Store(db_path, create=False) as s:
-        assert s.runs()["run_id"].tolist() == ["r1"]
+        assert s.runs.read()["run_id"].tolist() == ["r1"]
 
 
 def test_folder_as_database_is_refused(tmp_path: Path) -> None:
@@ -536,7 +541,7 @@ def test_folder_as_database_is_refused(tmp_path: Path) -> None:
 
 def test_export_runs_csv(filled: Store, tmp_path: Path) -> None:
     out = tmp_path / "runs.csv"
-    assert filled.export_csv("runs", out) == 5
+    assert filled.runs.export_csv("runs", out) == 5
     frame = pd.read_csv(out)
     assert len(frame) == 5
     assert frame["run_id"].tolist() == ["r1", "r2", "r3", "r4", "r5"]
@@ -545,13 +550,13 @@ def test_export_runs_csv(filled: Store, tmp_path: Path) -> None:
 
 def test_export_with_filters(filled: Store, tmp_path: Path) -> None:
     out = tmp_path / "runs.csv"
-    assert filled.export_csv("runs", out, substrate="docker", tier=None) == 2
+    assert filled.runs.export_csv("runs", out, substrate="docker", tier=None) == 2
     assert pd.read_csv(out)["run_id"].tolist() == ["r3", "r4"]
 
 
 def test_export_actions_csv(filled: Store, tmp_path: Path) -> None:
     out = tmp_path / "actions.csv"
-    assert filled.export_csv("actions", out, tier="T2") == 9
+    assert filled.runs.export_csv("actions", out, tier="T2") == 9
     frame = pd.read_csv(out)
     assert len(frame) == 9
     assert frame["run_id"].drop_duplicates().tolist() == ["r3", "r4", "r5"]
@@ -561,7 +566,7 @@ def test_export_actions_csv(filled: Store, tmp_path: Path) -> None:
 def test_export_unknown_table(filled: Store, tmp_path: Path) -> None:
     out = tmp_path / "x.csv"
     with pytest.raises(StoreError, match="unknown table"):
-        filled.export_csv("bogus", out)
+        filled.runs.export_csv("bogus", out)
     assert not out.exists()
 
 
@@ -571,7 +576,7 @@ def test_export_counts_rows_not_lines(store: Store, tmp_path: Path) -> None:
     record.actions[1]["command"] = "git apply - <<'EOF'\nline one\nline two\nEOF"
     store.save_rollout(record)
     out = tmp_path / "actions.csv"
-    assert store.export_csv("actions", out) == 2
+    assert store.runs.export_csv("actions", out) == 2
     back = pd.read_csv(out)
     assert len(back) == 2 and back["command"].iloc[1].count("\n") == 3
 
@@ -585,7 +590,7 @@ def test_a_read_only_store_reads_and_can_not_write(db_path: Path) -> None:
     with Store(db_path) as writer:
         writer.save_rollout(make_record("r1"))
         with Store(db_path, read_only=True) as reader:
-            assert reader.runs()["run_id"].tolist() == ["r1"]
+            assert reader.runs.read()["run_id"].tolist() == ["r1"]
             with pytest.raises(StoreError, match="readonly"):
                 reader.save_rollout(make_record("r2"))
     with raw(db_path) as conn:
@@ -638,7 +643,7 @@ def test_a_large_old_file_is_never_rewritten_whole_under_writers(tmp_path: Path)
     with Store(path) as s:
         s.fold_runs([], [f"r{i:04d}" for i in range(25)])
         assert s.compact(pause_s=0, full_vacuum_up_to=1024) is False  # freed pages reused
-        assert s.count("runs") == 25
+        assert s.runs.count() == 25
     assert _auto_vacuum(path) == 0
 
 
@@ -652,24 +657,24 @@ def test_v8_file_gains_vantage_and_keeps_its_series_apart_from_new_vantages(db_p
             migration(db)
     db.execute("PRAGMA user_version = 8")
     _insert_as_of(db, make_run("old-run", started_at="2024-06-01T12:00:00+00:00", wall_s=2.0))
-    rollup = {c: None for c in migrations.V4_ROLLUP_COLUMNS}
+    rollup = {c: None for c in frozen.V4_ROLLUP_COLUMNS}
     rollup |= {"substrate": "local", "kind": "local", "mode": "exec", "fidelity": "real"}
     rollup |= {"tier": "T0", "steps": 0, "bucket": "hour", "metric": "wall_s", "runs": 4}
     rollup |= {"bucket_start": "2024-05-01T00:00:00.000000+00:00", "n": 4, "sum": 8.0}
     rollup |= {"sketch": '{"v": [1.0, 2.0, 2.0, 3.0]}', "errors": "{}"}
     db["rollups"].insert(rollup)
-    migrations.build_summaries(db)
+    store_summaries.build(db)
     db.conn.commit()
     db.conn.close()
 
     with Store(db_path) as s:
         assert s.version == SCHEMA_VERSION
-        assert s.runs()["vantage"].tolist() == ["local"]
-        (kept,) = s.rollups().to_dict("records")
+        assert s.runs.read()["vantage"].tolist() == ["local"]
+        (kept,) = s.rollups.read().to_dict("records")
         assert (kept["vantage"], kept["runs"], kept["sum"]) == ("local", 4, 8.0)
         s.save_rollout(make_record("far", started_at="2024-06-01T12:10:00+00:00", vantage="eu"))
-        walls = s.summaries(metrics=["wall_s"])
+        walls = s.summaries.read(metrics=["wall_s"])
         walls = walls[walls["bucket"] == "day"].groupby("vantage")["runs"].sum().to_dict()
         assert walls == {"eu": 1, "local": 1 + 4}  # the raw run and the folded four
-        assert s.summary_distinct()["vantage"] == ["eu", "local"]
-        assert s.runs(vantage="eu")["run_id"].tolist() == ["far"]
+        assert s.summaries.distinct()["vantage"] == ["eu", "local"]
+        assert s.runs.read(vantage="eu")["run_id"].tolist() == ["far"]

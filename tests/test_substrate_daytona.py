@@ -10,30 +10,24 @@ import json
 import os
 import shlex
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import workloads
-from rtax.config import SubstrateConfig, build_substrate
+from polling import DEADLINE_S, joined, wait_for
+from rtax.core import workloads
+from rtax.core.failures import CreateFailed, SubstrateError
+from rtax.core.options import RolloutOptions
+from rtax.core.workloads import RepoSource
 from rtax.emulation.daytona import DaytonaEmulation, parse_command
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
-from rtax.substrates import get_substrate
-from rtax.substrates.base import (
-    LABEL,
-    CommandResult,
-    CreateFailed,
-    Environment,
-    SubstrateError,
-    clock,
-    require_host_address,
-)
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings import SubstrateConfig
+from rtax.store.database import Store
+from rtax.substrates import build_substrate, get_substrate
+from rtax.substrates.base import LABEL, CommandResult, Environment, require_host_address
 from rtax.substrates.daytona import DaytonaSubstrate
-from rtax.workloads import RepoSource
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +85,7 @@ class TestDaytonaSessionContract(SubstrateContract):
 def _kept(store: Store, record) -> dict:
     """Save the record and read its run row back: failures are kept, classified."""
     store.save_rollout(record)
-    runs = store.runs()
+    runs = store.runs.read()
     assert len(runs) == 1
     return runs.iloc[0].to_dict()
 
@@ -177,10 +171,10 @@ def test_a_500_after_the_sandbox_was_made_leaves_no_sandbox(
     with pytest.raises(CreateFailed, match="500"):
         daytona_exec.create("sandbox-500-accepted")
     assert len(emulation.requests_for("create")) - before == 1
-    deadline = time.monotonic() + 30
-    while [lo for lo in daytona_exec.leftovers() if lo.run_id == "sandbox-500-accepted"]:
-        assert time.monotonic() < deadline, "the sandbox made before the 500 is still there"
-        time.sleep(0.05)  # deletion is asynchronous: polling with a deadline
+    wait_for(  # deletion is asynchronous
+        lambda: not [lo for lo in daytona_exec.leftovers() if lo.run_id == "sandbox-500-accepted"],
+        "the sandbox made before the 500 to be deleted",
+    )
 
 
 def test_rate_limited_create_is_retried_then_succeeds(
@@ -284,10 +278,10 @@ def test_create_not_answered_is_create_timeout_and_leaves_nothing(
         record = run_rollout(sub, workloads.build("T0"), run_id="late-create")
         run = _kept(store, record)
         assert (run["status"], run["error_class"]) == ("failed", "create_timeout")
-        deadline = clock() + 30
-        while [lo for lo in sub.leftovers() if lo.run_id == "late-create"]:
-            assert clock() < deadline, "the late sandbox was not deleted"
-            time.sleep(0.05)  # deletion is asynchronous: poll, bounded
+        wait_for(  # deletion is asynchronous
+            lambda: not [lo for lo in sub.leftovers() if lo.run_id == "late-create"],
+            "the late sandbox to be deleted",
+        )
     finally:
         sub.close()
 
@@ -297,7 +291,7 @@ def test_sandbox_not_started_in_time_is_ready_timeout(
 ) -> None:
     emulation.faults.delay("start", 3.0)
     record = run_rollout(
-        daytona_exec, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1.0)
+        daytona_exec, workloads.build("T0"), options=RolloutOptions(running_timeout_s=1.0)
     )
     run = _kept(store, record)
     assert (run["status"], run["error_class"]) == ("failed", "ready_timeout")
@@ -313,15 +307,14 @@ def test_start_wait_from_a_worker_thread(
     records = {}
 
     def rollout(tag: str, running_timeout_s: float) -> None:
-        options = ProbeOptions(running_timeout_s=running_timeout_s)
+        options = RolloutOptions(running_timeout_s=running_timeout_s)
         records[tag] = run_rollout(daytona_exec, workloads.build("T0"), options=options)
 
     emulation.faults.delay("start", 2.0, times=2)  # each of the two sandboxes
     for tag, timeout in (("late", 0.5), ("in-time", 30.0)):
         worker = threading.Thread(target=rollout, args=(tag, timeout))
         worker.start()
-        worker.join(60)
-        assert not worker.is_alive()
+        joined(worker, f"the {tag} rollout")
     late, in_time = records["late"].run, records["in-time"].run
     assert (late["status"], late["error_class"]) == ("failed", "ready_timeout"), late
     assert late["orchestration_s"] < 2.0 and late["cleanup_ok"] == 1
@@ -335,7 +328,7 @@ def test_planted_leftover_is_listed_by_label_and_removed(
     emulation: DaytonaEmulation, daytona_exec: DaytonaSubstrate, docker_api
 ) -> None:
     env = daytona_exec.create("planted-leftover")  # made and never destroyed
-    daytona_exec.wait_running(env, 60)
+    daytona_exec.wait_running(env, DEADLINE_S)
     backing = {"label": f"{LABEL}.run_id={env.env_id}"}
     assert len(docker_api.containers(all=True, filters=backing)) == 1
     other = _substrate(emulation, name="daytona-other")
@@ -382,10 +375,10 @@ def test_api_key_never_reaches_the_store_or_describe(
                 run_rollout(sub, workloads.build("T0")),
             ):
                 store.save_rollout(record)
-            assert sorted(store.runs()["status"]) == ["failed", "ok"]
-            assert "***" in str(store.runs(status="failed")["error_message"].iloc[0])
+            assert sorted(store.runs.read()["status"]) == ["failed", "ok"]
+            assert "***" in str(store.runs.read(status="failed")["error_message"].iloc[0])
             for table in ("runs", "actions"):
-                store.export_csv(table, tmp_path / f"{table}.csv")
+                store.runs.export_csv(table, tmp_path / f"{table}.csv")
                 assert key not in (tmp_path / f"{table}.csv").read_text()
         assert key.encode() not in db_path.read_bytes()
     finally:

@@ -15,14 +15,16 @@ import docker.errors
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import reaper, workloads
-from rtax.probe import run_rollout
-from rtax.store import Store
-from rtax.substrates import kit
-from rtax.substrates.base import LABEL, CommandResult, CommandTimeout, Environment, ExecError
-from rtax.substrates.docker import DockerSubstrate
-from rtax.substrates.docker_session import MAX_OUTPUT
-from rtax.workloads import Action, RepoSource, Workload
+from polling import DEADLINE_S, deadline_s
+from rtax.core import workloads
+from rtax.core.failures import CommandTimeout, ExecError
+from rtax.core.workloads import Action, RepoSource, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.substrates import kit, reaper
+from rtax.substrates.base import LABEL, CommandResult, Environment
+from rtax.substrates.docker.session import MAX_OUTPUT
+from rtax.substrates.docker.substrate import DockerSubstrate
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def env_of(request):
     def make(sub: DockerSubstrate, run_id: str) -> Environment:
         env = sub.create(run_id)
         made.append((sub, env))
-        sub.wait_running(env, 60)
+        sub.wait_running(env, DEADLINE_S)
         return env
 
     yield make
@@ -153,7 +155,7 @@ def _fake_runsc(argv: list[str]) -> str | None:
 
 
 def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
-    from rtax.substrates.docker_engine import runtime_provenance
+    from rtax.substrates.docker.daemon import runtime_provenance
 
     assert runtime_provenance(_INFO, "runsc", _fake_runsc) == {
         "name": "runsc",
@@ -171,7 +173,7 @@ def test_runtime_provenance_of_runsc_from_flags_else_its_defaults() -> None:
 
 
 def test_runtime_provenance_of_runc_and_unknown_runtimes() -> None:
-    from rtax.substrates.docker_engine import runtime_provenance
+    from rtax.substrates.docker.daemon import runtime_provenance
 
     def never(argv: list[str]) -> str | None:
         raise AssertionError(f"runc is not asked anything: {argv}")
@@ -209,7 +211,7 @@ def test_milestones_and_provenance(
     record = run_rollout(docker_exec, workloads.build("T0"))
     assert record.ok, record.run
     store.save_rollout(record)
-    run = store.runs().iloc[0]
+    run = store.runs.read().iloc[0]
     names = [m["name"] for m in json.loads(run["milestones"])]
     assert names == ["created", "started", "running", "first_command", "removed"]
     provenance = json.loads(run["provenance"])
@@ -291,7 +293,7 @@ def test_session_stream_keeps_head_and_tail_whatever_the_frame_sizes(last: int) 
     engine's frames are as big as the shell's writes)."""
     import re
 
-    from rtax.substrates.docker_session import _Stream
+    from rtax.substrates.docker.session import _Stream
 
     stream = _Stream(re.compile(rb"\nEND\n"), 1000)
     data = bytes(i % 251 for i in range(200_000 + last))
@@ -372,7 +374,7 @@ def test_container_killed_mid_trajectory(
     assert record.run["cleanup_ok"] == 1
     assert_phases_add_up(record)
     store.save_rollout(record)  # the row is kept, with the actions that did run
-    kept = store.runs(status="failed")
+    kept = store.runs.read(status="failed")
     assert list(kept["error_class"]) == ["environment_lost"]
     assert 0 < record.run["n_actions_done"] < 10
     assert [c for c in sub.inner.leftovers() if c.run_id == record.run["run_id"]] == []
@@ -483,11 +485,11 @@ def test_cli_probe_docker_then_nothing_left(runner_image: str, tmp_path: Path) -
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=deadline_s(600),
     )
     assert done.returncode == 0, done.stderr
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["status"]) == ["ok", "ok"] and set(runs["mode"]) == {"session"}
     assert (
         runs[["create_s", "orchestration_s", "ready_s", "setup_s", "actions_s", "cleanup_s"]]

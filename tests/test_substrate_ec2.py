@@ -19,23 +19,19 @@ import boto3
 import pytest
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import config, workloads
+from polling import DEADLINE_S, wait_for
+from rtax.core import workloads
+from rtax.core.failures import CleanupFailed, CreateFailed, SubstrateError
+from rtax.core.options import RolloutOptions
+from rtax.core.record import PHASES
+from rtax.core.workloads import Action, RepoSource, Workload
 from rtax.emulation.ec2 import STDERR_LIMIT, STDOUT_LIMIT, Ec2Emulation
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.record import PHASES
-from rtax.store import Store
-from rtax.substrates.base import (
-    LABEL,
-    CleanupFailed,
-    CommandResult,
-    CreateFailed,
-    Environment,
-    SubstrateError,
-    clock,
-    require_host_address,
-)
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings import config
+from rtax.settings import substrates as substrate_table
+from rtax.store.database import Store
+from rtax.substrates.base import LABEL, CommandResult, Environment, clock, require_host_address
 from rtax.substrates.ec2 import EMULATION_KEY, EMULATION_KEY_ID, Ec2Substrate
-from rtax.workloads import Action, RepoSource, Workload
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +96,10 @@ def _state(emulation: Ec2Emulation, instance_id: str) -> str:
 
 def _wait_container_gone(emulation: Ec2Emulation, run_id: str) -> None:
     """Backing containers are removed in the background after TerminateInstances."""
-    deadline = clock() + 30
-    while any(lo.run_id == run_id for lo in emulation.backing.leftovers()):
-        assert clock() < deadline, f"container of {run_id} still there"
-        threading.Event().wait(0.05)
+    wait_for(
+        lambda: not any(lo.run_id == run_id for lo in emulation.backing.leftovers()),
+        f"the container of {run_id} to be removed",
+    )
 
 
 def _instance_id(emulation: Ec2Emulation, run_id: str) -> str:
@@ -122,7 +118,7 @@ def _saved(store: Store, record: Any) -> Any:
         total = sum(p for p in phases if p is not None) + record.run["overhead_s"]
         assert total == pytest.approx(record.run["wall_s"], abs=1e-9)
     store.save_rollout(record)
-    rows = store.runs()
+    rows = store.runs.read()
     assert len(rows) == 1
     return rows.iloc[0]
 
@@ -134,7 +130,7 @@ def test_instance_is_tagged_and_terminates_on_shutdown(emulation: Ec2Emulation) 
     sub = Ec2Substrate(tags={"team": "rl"}, **emulation.substrate_params())
     env = sub.create("launch-check")
     try:
-        sub.wait_running(env, 60)
+        sub.wait_running(env, DEADLINE_S)
         ec2 = _client(emulation, "ec2")
         behaviour = ec2.describe_instance_attribute(
             InstanceId=env.env_id, Attribute="instanceInitiatedShutdownBehavior"
@@ -278,7 +274,7 @@ def test_persistent_ssm_throttling_during_actions_is_rate_limited(
 def test_agent_never_online_is_ready_timeout(emulation: Ec2Emulation, store: Store) -> None:
     fast = Ec2Substrate(agent_wait_s=0.2, **emulation.substrate_params())
     emulation.faults.fail("agent")  # the next instance's agent never comes online
-    record = run_rollout(fast, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=1.0))
+    record = run_rollout(fast, workloads.build("T0"), options=RolloutOptions(ready_timeout_s=1.0))
     row = _saved(store, record)
     assert (row["status"], row["error_class"]) == ("failed", "ready_timeout")
     assert "not online" in row["error_message"]
@@ -344,7 +340,7 @@ def env(emulation: Ec2Emulation) -> Iterator[tuple[Ec2Substrate, Environment]]:
     # a run id (the launch's ClientToken) per test: a repeated token answers the first launch
     made = sub.create(f"ssm-details-{uuid.uuid4().hex[:8]}")
     try:
-        sub.wait_running(made, 60)
+        sub.wait_running(made, DEADLINE_S)
         sub.run(made, "true", 60)
         yield sub, made
     finally:
@@ -376,19 +372,20 @@ def test_cancel_command_kills_the_process(
         DocumentName="AWS-RunShellScript",
         Parameters={"commands": ["sleep 77"], "executionTimeout": ["60"]},
     )["Command"]["CommandId"]
-    deadline = clock() + 30
-    while sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout != "1\n":
-        assert clock() < deadline, "the command never started"
+    wait_for(
+        lambda: sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout == "1\n",
+        "the command to start",
+    )
     assert ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"] == (
         "InProgress"
     )
     ssm.cancel_command(CommandId=sent, InstanceIds=[made.env_id])
-    while (
-        status := ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"]
-    ) not in ("Cancelled", "Success", "Failed"):
-        assert clock() < deadline, status
-        threading.Event().wait(0.05)
-    assert status == "Cancelled"
+
+    def ended() -> str | None:
+        status = ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)["Status"]
+        return status if status in ("Cancelled", "Success", "Failed") else None
+
+    assert wait_for(ended, "the cancelled command to end") == "Cancelled"
     assert sub.run(made, "pgrep -c -f '^sleep 77$' || true", 30).stdout == "0\n"
 
 
@@ -402,13 +399,12 @@ def test_failed_command_carries_the_agent_line_on_the_wire(
         DocumentName="AWS-RunShellScript",
         Parameters={"commands": ["echo oops >&2; exit 3"]},
     )["Command"]["CommandId"]
-    deadline = clock() + 30
-    while (inv := ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id))["Status"] in (
-        "Pending",
-        "InProgress",
-    ):
-        assert clock() < deadline
-        threading.Event().wait(0.02)
+
+    def ended() -> dict[str, Any] | None:
+        inv = ssm.get_command_invocation(CommandId=sent, InstanceId=made.env_id)
+        return None if inv["Status"] in ("Pending", "InProgress") else inv
+
+    inv = wait_for(ended, "the failing command to end", interval_s=0.02)
     assert (inv["Status"], inv["ResponseCode"]) == ("Failed", 3)
     assert inv["StandardErrorContent"] == "oops\nfailed to run commands: exit status 3"
     assert sub.run(made, "echo oops >&2; exit 3", 30).stderr == "oops\n"  # stripped
@@ -421,7 +417,7 @@ def test_planted_leftover_is_listed_and_terminated(emulation: Ec2Emulation) -> N
     sub = Ec2Substrate(name="ec2-planted", **emulation.substrate_params())
     other = Ec2Substrate(**emulation.substrate_params())
     env = sub.create("planted-leftover")
-    sub.wait_running(env, 60)  # and never destroyed: a crashed run's instance
+    sub.wait_running(env, DEADLINE_S)  # and never destroyed: a crashed run's instance
     found = [lo for lo in sub.leftovers() if lo.run_id == "planted-leftover"]
     assert [lo.env_id for lo in found] == [env.env_id]
     assert found[0].owner and found[0].created_at
@@ -513,7 +509,7 @@ def test_no_parameter_is_named_like_a_secret_and_config_accepts_profile_env(
     tmp_path: Path,
 ) -> None:
     names = set(inspect.signature(Ec2Substrate.__init__).parameters)
-    assert not [n for n in names if config._SECRET.search(n)]
+    assert not [n for n in names if substrate_table._SECRET.search(n)]
     entry = tomllib.loads(
         """
         [[substrates]]
@@ -609,7 +605,7 @@ def test_which_launch_failures_may_have_launched_an_instance() -> None:
     """Only a definite refusal means nothing runs; anything else is looked for and ended."""
     from botocore.exceptions import ClientError, EndpointConnectionError
 
-    from rtax.substrates.base import RateLimited
+    from rtax.core.failures import RateLimited
     from rtax.substrates.ec2.instances import may_have_launched
 
     def answer(code: str, status: int) -> ClientError:
@@ -651,7 +647,7 @@ def test_an_instance_never_visible_to_terminate_is_not_counted_as_gone() -> None
 
 
 def test_undeliverable_command_on_a_terminated_instance_is_environment_lost() -> None:
-    from rtax.substrates.base import EnvironmentLost
+    from rtax.core.failures import EnvironmentLost
 
     sub, ec2, ssm = _stubbed()
     env = Environment("i-1", "r", handle={"agent_online": True})

@@ -13,19 +13,16 @@ import pytest
 import websocket
 
 from contract import SubstrateContract, assert_clean, assert_phases_add_up
-from rtax import workloads
+from polling import DEADLINE_S, wait_for
+from rtax.core import workloads
+from rtax.core.failures import CreateFailed, ExecError, SubstrateError
+from rtax.core.options import RolloutOptions
+from rtax.core.workloads import RepoSource
 from rtax.emulation.kubernetes import KubernetesEmulation
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
-from rtax.substrates.base import (
-    CreateFailed,
-    ExecError,
-    SubstrateError,
-    clock,
-    require_host_address,
-)
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
+from rtax.substrates.base import clock, require_host_address
 from rtax.substrates.kubernetes import KubernetesSubstrate
-from rtax.workloads import RepoSource
 
 
 @pytest.fixture(scope="module")
@@ -65,24 +62,25 @@ def _posts(emulation: KubernetesEmulation) -> int:
     return sum(1 for m, p in emulation.requests if m == "POST" and p.endswith("/pods"))
 
 
-def _gone(docker_api, cid: str | None, within_s: float = 60) -> None:
-    """Wait (polling, with a deadline) until the container `cid` no longer exists."""
-    if cid is None:
-        return
-    deadline = clock() + within_s
-    while True:
-        try:
-            docker_api.inspect_container(cid)
-        except docker.errors.NotFound:
-            return
-        assert clock() < deadline, f"container {cid[:12]} still exists after {within_s:g} s"
+def _exists(docker_api, cid: str) -> bool:
+    try:
+        docker_api.inspect_container(cid)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def _gone(docker_api, cid: str | None) -> None:
+    """Wait (polling, with the deadline) until the container `cid` no longer exists."""
+    if cid is not None:
+        wait_for(lambda: not _exists(docker_api, cid), f"container {cid[:12]} to be removed")
 
 
 def _stored(store: Store, record) -> dict:
     if record.run["actions_s"] is not None:
         assert_phases_add_up(record)
     store.save_rollout(record)
-    runs = store.runs()
+    runs = store.runs.read()
     row = runs[runs["run_id"] == record.run["run_id"]].iloc[0]
     return row.to_dict()
 
@@ -204,9 +202,10 @@ def test_create_answer_lost_is_create_timeout_and_nothing_left(
     record = run_rollout(sub, workloads.build("T0"))
     row = _stored(store, record)
     assert row["error_class"] == "create_timeout"
-    deadline = clock() + 30
-    while [lo for lo in sub.leftovers() if lo.run_id == record.run["run_id"]]:
-        assert clock() < deadline, "the pod whose answer was lost was not deleted"
+    wait_for(
+        lambda: not [lo for lo in sub.leftovers() if lo.run_id == record.run["run_id"]],
+        "the pod whose answer was lost to be deleted",
+    )
 
 
 def test_a_500_after_the_pod_was_made_leaves_no_pod(
@@ -244,7 +243,9 @@ def test_pod_held_pending_is_ready_timeout_kept_and_nothing_left(
     emulation.faults.fail("schedule", times=None)  # held until cleared
     try:
         t0 = clock()
-        record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(running_timeout_s=1))
+        record = run_rollout(
+            sub, workloads.build("T0"), options=RolloutOptions(running_timeout_s=1)
+        )
         assert clock() - t0 < 15
     finally:
         emulation.faults.clear()
@@ -280,7 +281,7 @@ def test_exec_forbidden_fails_the_ready_phase_at_once(
     sub = _sub(emulation)
     emulation.faults.fail("exec", 403, times=100, message="pods/exec is forbidden: no")
     t0 = clock()
-    record = run_rollout(sub, workloads.build("T0"), options=ProbeOptions(ready_timeout_s=60))
+    record = run_rollout(sub, workloads.build("T0"), options=RolloutOptions(ready_timeout_s=60))
     assert clock() - t0 < 20  # not after the ready timeout
     emulation.faults.clear()
     row = _stored(store, record)
@@ -298,7 +299,7 @@ def test_exec_upgrade_never_answered_fails_within_the_budget(
     sub = _sub(emulation, api_timeout_s=1)
     env = sub.create("exec-silent")
     try:
-        sub.wait_running(env, 60)
+        sub.wait_running(env, DEADLINE_S)
         emulation.faults.delay("exec", 8)  # the upgrade request is held, never answered
         t0 = clock()
         with pytest.raises(ExecError, match="no answer to the WebSocket upgrade"):
@@ -346,7 +347,7 @@ def test_exec_protocols_give_exit_codes_and_separate_streams(
     sub = _sub(emulation, exec_protocol=protocol)
     env = sub.create(f"exec-{protocol}")
     try:
-        sub.wait_running(env, 60)
+        sub.wait_running(env, DEADLINE_S)
         result = sub.run(env, "echo out; echo err >&2; exit 7", 30)
         assert (result.exit_code, result.stdout, result.stderr) == (7, "out\n", "err\n")
         assert emulation.exec_protocols[-1] == negotiated
@@ -361,7 +362,7 @@ def test_status_channel_as_the_client_and_a_raw_v4_socket_read_it(
 ) -> None:
     env = k8s.create("exec-raw")
     try:
-        k8s.wait_running(env, 60)
+        k8s.wait_running(env, DEADLINE_S)
         # the python client's own reading of the status channel (v5, its first choice)
         ws = kubernetes.stream.stream(
             k8s.api.connect_get_namespaced_pod_exec,
@@ -374,14 +375,16 @@ def test_status_channel_as_the_client_and_a_raw_v4_socket_read_it(
             tty=False,
             _preload_content=False,
         )
-        ws.run_forever(timeout=30)
+        ws.run_forever(timeout=DEADLINE_S)
         assert (ws.returncode, ws.read_stdout(), ws.read_stderr()) == (3, "hi\n", "oops\n")
         # websocket-client directly, offering v4 only
         url = emulation.url.replace("http", "ws") + (
             f"/api/v1/namespaces/default/pods/{env.env_id}/exec?command=sh&command=-c"
             "&command=echo%20a%3B%20echo%20b%20%3E%262%3B%20exit%205&stdout=true&stderr=true"
         )
-        raw = websocket.create_connection(url, subprotocols=["v4.channel.k8s.io"], timeout=30)
+        raw = websocket.create_connection(
+            url, subprotocols=["v4.channel.k8s.io"], timeout=DEADLINE_S
+        )
         assert raw.subprotocol == "v4.channel.k8s.io"
         frames: dict[int, bytes] = {}
         while True:
@@ -407,7 +410,7 @@ def test_planted_leftover_is_listed_and_removed(
     env = k8s.create("planted-leftover")
     cid = None
     try:
-        k8s.wait_running(env, 60)
+        k8s.wait_running(env, DEADLINE_S)
         cid = emulation.container_of(env.env_id)
         found = [lo for lo in k8s.leftovers() if lo.run_id == "planted-leftover"]
         assert len(found) == 1
@@ -426,7 +429,7 @@ def test_destroy_returns_when_the_api_has_no_pod_then_the_kubelet_removes_it(
     k8s: KubernetesSubstrate, emulation: KubernetesEmulation, docker_api
 ) -> None:
     env = k8s.create("destroy-waits")
-    k8s.wait_running(env, 60)
+    k8s.wait_running(env, DEADLINE_S)
     cid = emulation.container_of(env.env_id)
     assert docker_api.inspect_container(cid)["State"]["Running"]
     k8s.destroy(env, 60)
@@ -443,15 +446,16 @@ def test_delete_with_a_grace_period_is_terminating_until_the_container_is_gone(
 ) -> None:
     env = k8s.create("graceful-delete")
     try:
-        k8s.wait_running(env, 60)
+        k8s.wait_running(env, DEADLINE_S)
         cid = emulation.container_of(env.env_id)
         answer = k8s.api.delete_namespaced_pod(env.env_id, "default", grace_period_seconds=30)
         assert answer.metadata.deletion_timestamp is not None
         assert answer.metadata.deletion_grace_period_seconds == 30
-        deadline = clock() + 60
-        while emulation.pod(env.env_id) is not None:  # gone once the kubelet removed it
-            assert clock() < deadline, "a terminating pod was never removed"
-        _gone(docker_api, cid, within_s=1)  # the object went after its container
+        wait_for(  # gone once the kubelet removed it
+            lambda: emulation.pod(env.env_id) is None, "the terminating pod to be removed"
+        )
+        # the object went after its container (the kubelet removes the container first)
+        assert cid is None or not _exists(docker_api, cid), "the pod went before its container"
         k8s._delete_and_wait(env.env_id, 10)  # an already deleted pod: nothing to wait for
     finally:
         if emulation.pod(env.env_id) is not None:
@@ -508,7 +512,8 @@ def test_token_is_sent_and_never_recorded(
 ) -> None:
     """Through the configuration path: ``token_env`` names the variable, the scheduler's
     factory reads it."""
-    from rtax.config import SubstrateConfig, build_substrate
+    from rtax.settings import SubstrateConfig
+    from rtax.substrates import build_substrate
 
     secret = "s3cr3t-token-never-stored"
     with KubernetesEmulation(image=runner_image, token=secret) as emu:
@@ -527,7 +532,8 @@ def test_token_is_sent_and_never_recorded(
         for record in (ok, refused):
             store.save_rollout(record)
         dumped = json.dumps(
-            [store.runs().to_dict("records"), store.actions().to_dict("records")], default=str
+            [store.runs.read().to_dict("records"), store.runs.actions().to_dict("records")],
+            default=str,
         )
         assert secret not in dumped and secret not in json.dumps(sub.describe())
 

@@ -7,20 +7,21 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from contract import SubstrateContract, assert_phases_add_up
-from rtax import workloads
-from rtax.fixtures import Fixture
-from rtax.probe import ProbeOptions, run_rollout
-from rtax.store import Store
+from polling import DEADLINE_S, wait_for
+from rtax.assets.attrs import Fixture
+from rtax.core import workloads
+from rtax.core.options import RolloutOptions
+from rtax.core.workloads import Action, RepoSource, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
 from rtax.substrates import get_substrate
 from rtax.substrates.base import CommandResult, Environment, Substrate
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, RepoSource, Workload
 
 
 class TestLocalContract(SubstrateContract):
@@ -47,7 +48,8 @@ def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
     before the kit's label vocabulary, label files without a name)."""
     import json
 
-    from rtax.substrates.base import CleanupFailed, Leftover
+    from rtax.core.failures import CleanupFailed
+    from rtax.substrates.base import Leftover
 
     root = tmp_path / "envs"
     mine, other = LocalSubstrate(root=root), LocalSubstrate(name="local-2", root=root)
@@ -73,7 +75,7 @@ def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
 
 
 def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
-    marker = "31.4159"  # a sleep argument no other process uses
+    marker = "314.159"  # a sleep argument no other process uses, outliving the deadline
     hang = Workload(
         "T0",
         0,
@@ -94,21 +96,22 @@ def test_destroy_kills_what_a_command_left_behind_and_never_a_reused_group(
     the background processes commands left, in their group or in a session of their own."""
     sub = LocalSubstrate(root=tmp_path / "envs", toolchain=tmp_path)  # no toolchain needed
     env = sub.create("reuse")
-    foreign = subprocess.Popen(["sleep", "27.1828"], start_new_session=True)
+    # the sleeps outlive the deadline (a slow test still finds them running), not much more
+    foreign = subprocess.Popen(["sleep", "271.828"], start_new_session=True)
     try:
         assert sub.run(env, "true", 10).exit_code == 0  # a group that was used and exited
-        left = sub.run(env, "sleep 27.1829 >/dev/null 2>&1 &", 10)
-        escaped = sub.run(env, "setsid sleep 27.1830 >/dev/null 2>&1 &", 10)
+        left = sub.run(env, "sleep 271.829 >/dev/null 2>&1 &", 10)
+        escaped = sub.run(env, "setsid sleep 271.830 >/dev/null 2>&1 &", 10)
         assert left.exit_code == escaped.exit_code == 0
-        deadline = time.monotonic() + 10
-        while not (_alive("sleep 27.1829") and _alive("sleep 27.1830")):
-            assert time.monotonic() < deadline, "the background sleeps never started"
-            time.sleep(0.05)  # polling the process table with a deadline
+        wait_for(
+            lambda: _alive("sleep 271.829") and _alive("sleep 271.830"),
+            "the background sleeps to start",
+        )
         # as if the kernel had reused an exited command's group id for the foreign process
         env.handle.setdefault("groups", set()).add(os.getpgid(foreign.pid))
         sub.destroy(env, 10)
         assert foreign.poll() is None, "destroy killed a process that is not the environment's"
-        assert not _alive("sleep 27.1829") and not _alive("sleep 27.1830")
+        assert not _alive("sleep 271.829") and not _alive("sleep 271.830")
         assert not Path(env.env_id).exists()
     finally:
         foreign.kill()
@@ -136,7 +139,7 @@ def test_same_seed_same_trajectory_end_to_end(
         assert record.ok, record.run
         store.save_rollout(record)
         runs.append(record.run["run_id"])
-    commands = [list(store.actions(run_id=r, phase="action")["command"]) for r in runs]
+    commands = [list(store.runs.actions(run_id=r, phase="action")["command"]) for r in runs]
     assert commands[0] == commands[1]
     assert commands[0] != commands[2]
 
@@ -167,26 +170,25 @@ def test_interrupted_rollout_is_cleaned_up_and_not_returned(
     assert local.leftovers() == []
 
 
-def _wait_for_runs(db: Path, n: int, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _wait_for_runs(db: Path, n: int, proc: subprocess.Popen) -> None:
+    def stored() -> bool:
         assert proc.poll() is None, proc.communicate()
-        if db.exists():
-            try:
-                with sqlite3.connect(db) as conn:
-                    if conn.execute("SELECT count(*) FROM runs").fetchone()[0] >= n:
-                        return
-            except sqlite3.OperationalError:
-                pass  # schema not there yet
-        time.sleep(0.05)  # polling with a deadline
-    raise AssertionError(f"no {n} runs in {db} within {timeout_s} s")
+        if not db.exists():
+            return False
+        try:
+            with sqlite3.connect(db) as conn:
+                return conn.execute("SELECT count(*) FROM runs").fetchone()[0] >= n
+        except sqlite3.OperationalError:
+            return False  # schema not there yet
+
+    wait_for(stored, f"{n} runs in {db}")
 
 
 def _complete(db: Path) -> None:
     """Every stored run has exactly the action rows it says it ran: no partial rollouts."""
     with Store(db, create=False) as store:
-        runs = store.runs()
-        actions = store.actions(phase="action")
+        runs = store.runs.read()
+        actions = store.runs.actions(phase="action")
     assert len(runs) >= 1
     for run in runs.itertuples():
         assert (actions["run_id"] == run.run_id).sum() == run.n_actions_done == run.n_actions
@@ -241,19 +243,19 @@ def test_cli_killed_mid_rollout_leaves_no_partial_rows(
     before = _daemons(attrs_fixture.root)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for_runs(db, 1, proc, timeout_s=120)
+        _wait_for_runs(db, 1, proc)
         assert _new_daemons(attrs_fixture.root, before)  # the probe's server, seen alive
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=DEADLINE_S)
     finally:
         if proc.poll() is None:
             proc.kill()
     _complete(db)
     # the git daemon that served T2 dies with the probe, whatever killed it
-    deadline = time.monotonic() + 10
-    while left := _new_daemons(attrs_fixture.root, before):
-        assert time.monotonic() < deadline, f"git daemon outlived the probe: {left}"
-        time.sleep(0.05)  # polling with a deadline
+    wait_for(
+        lambda: not _new_daemons(attrs_fixture.root, before),
+        lambda: f"the git daemon to die with the probe: {_new_daemons(attrs_fixture.root, before)}",
+    )
     if sig != signal.SIGKILL:
         assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
         assert b"Traceback" not in err
@@ -271,7 +273,7 @@ class _SlowToAccept(LocalSubstrate):
     def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
         if self.refusals > 0:
             self.refusals -= 1
-            from rtax.substrates.base import ExecError
+            from rtax.core.failures import ExecError
 
             raise ExecError("not accepting commands yet")
         return super().run(env, command, timeout_s)
@@ -288,5 +290,5 @@ def test_ready_is_the_whole_wait_back_off_included(tmp_path: Path, attrs_fixture
     assert [a["ok"] for a in attempts] == [0, 0, 0, 0, 1]
     # four fixed pauses between the five attempts (docs/measurement.md#resolution), all inside
     # the phase
-    pauses = 4 * ProbeOptions().ready_interval_s
+    pauses = 4 * RolloutOptions().ready_interval_s
     assert record.run["ready_s"] >= pauses + sum(a["latency_s"] for a in attempts)

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 import pytest
 
 from contract import SubstrateContract
-from rtax.fixtures import Fixture, GitServer
+from polling import DEADLINE_S, deadline_s
+from rtax.assets.attrs import Fixture, GitServer
+from rtax.core.failures import EnvironmentLost
+from rtax.core.workloads import RepoSource
 from rtax.substrates import get_substrate
-from rtax.substrates.base import LABEL, EnvironmentLost
+from rtax.substrates.base import LABEL
 from rtax.substrates.podman import PodmanSubstrate
-from rtax.workloads import RepoSource
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +97,7 @@ def test_the_image_is_dockers_and_the_toolchain_is_reported(
 def test_a_container_removed_from_outside_is_environment_lost(podman: PodmanSubstrate) -> None:
     env = podman.create("podman-lost")
     try:
-        podman.wait_running(env, 60)
+        podman.wait_running(env, DEADLINE_S)
         assert podman.run(env, "true", 30).exit_code == 0
         subprocess.run(
             ["podman", "rm", "-f", "-t", "0", env.env_id], check=True, capture_output=True
@@ -110,7 +112,7 @@ def test_a_command_exiting_125_is_a_result(podman: PodmanSubstrate) -> None:
     """podman itself exits 125 on its own failures; a command's 125 must stay the command's."""
     env = podman.create("podman-125")
     try:
-        podman.wait_running(env, 60)
+        podman.wait_running(env, DEADLINE_S)
         result = podman.run(env, "echo out; exit 125", 30)
         assert (result.exit_code, result.stdout) == (125, "out\n")
     finally:
@@ -132,7 +134,7 @@ def test_cli_probe_t2_then_nothing_left(
 ) -> None:
     import sys
 
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     db = tmp_path / "pod.db"
     done = subprocess.run(
@@ -140,11 +142,11 @@ def test_cli_probe_t2_then_nothing_left(
          "--steps", "10", "--db", str(db), "--quiet"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=deadline_s(600),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     with Store(db, create=False) as store:
-        runs = store.runs()
+        runs = store.runs.read()
     assert list(runs["status"]) == ["ok"] and list(runs["substrate"]) == ["podman"]
     assert list(runs["fidelity"]) == ["real"]
     assert [lo for lo in podman.leftovers() if lo.run_id in set(runs["run_id"])] == []

@@ -1,6 +1,6 @@
-"""Per-series summaries (rtax.summaries) agree with the raw path (rtax.stats through
-rtax.dashboard.tables) on a fixed database: after saves, after a fold, after a rebuild, and on an
-upgraded old file; and merging hourly rows equals summarizing the whole."""
+"""Per-series summaries (rtax.analysis.summaries) agree with the raw path (rtax.analysis.stats
+through rtax.dashboard.tables) on a fixed database: after saves, after a fold, after a rebuild, and
+on an upgraded old file; and merging hourly rows equals summarizing the whole."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factories import make_record
-from rtax import migrations, retention, sketch, stats, summaries
+from polling import DEADLINE_S
+from rtax.analysis import sketch, stats, summaries
 from rtax.dashboard import summarized, tables
-from rtax.store import Store
+from rtax.store import Store, migrations, retention
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 #: (substrate, kind, mode, fidelity, tier, steps, runs, median episode s)
@@ -95,11 +96,11 @@ def db(tmp_path_factory) -> Path:
 
 
 def _raw(store: Store) -> pd.DataFrame:
-    return stats.add_series(store.runs(), store.floor_toolchain())
+    return stats.add_series(store.runs.read(), store.runs.floor_toolchain())
 
 
 def _rows(store: Store, **query) -> pd.DataFrame:
-    return summaries.label(store.summaries(**query), store.floor_toolchain())
+    return summaries.label(store.summaries.read(**query), store.runs.floor_toolchain())
 
 
 def _close(shown: pd.Series, expected: pd.Series, n: pd.Series) -> None:
@@ -162,13 +163,15 @@ def _agree(rows: pd.DataFrame, runs: pd.DataFrame) -> None:
 def test_summaries_after_saves_agree_with_the_raw_path(db: Path) -> None:
     with Store(db, read_only=True) as store:
         runs, rows = _raw(store), _rows(store)
-        milestones = store.milestone_means()
+        milestones = store.runs.milestone_means()
     _agree(rows, runs)
     shown = summarized.milestones(rows)
     assert shown["n"].tolist() == milestones["n"].tolist()
     assert shown["mean_t_s"].tolist() == pytest.approx(milestones["mean_t_s"].tolist())
     found, lacking = summarized.estimates(rows, 150)
-    want, want_lacking = __import__("rtax.projection").projection.estimates(runs, 150, by="series")
+    want, want_lacking = __import__("rtax.planning.projection").planning.projection.estimates(
+        runs, 150, by="series"
+    )
     assert set(lacking) == set(want_lacking)
     assert {k: v.seconds for k, v in found.items()} == pytest.approx(
         {k: v.seconds for k, v in want.items()}
@@ -206,7 +209,7 @@ def test_a_window_is_exact_at_its_edge(db: Path) -> None:
     since = (BASE + timedelta(hours=2, minutes=17)).isoformat(timespec="microseconds")
     with Store(db, read_only=True) as store:
         rows, runs = _rows(store, since=since), _raw(store)
-        counted = store.count_actions(since=since)
+        counted = store.runs.count_actions(since=since)
     runs = runs[runs["started_at"] >= since]
     _agree(rows, runs)
     assert int(rows.loc[rows["metric"] == summaries.ACTION_ROWS, "sum"].sum()) == counted
@@ -216,18 +219,18 @@ def test_summaries_survive_a_fold_and_a_rebuild(db: Path, tmp_path: Path) -> Non
     path = tmp_path / "folded.db"
     path.write_bytes(db.read_bytes())
     with Store(path) as store:
-        before_runs, before_rows = _raw(store), store.summaries()
+        before_runs, before_rows = _raw(store), store.summaries.read()
         report = retention.fold(
             store, older_than_days=1, now=BASE + timedelta(days=1, hours=3), pause_s=0
         )
         assert 0 < report.runs < len(before_runs)  # part folded, part raw
         # The fold deletes raw rows, never summaries: the same history, continuous.
-        after = store.summaries()
+        after = store.summaries.read()
         pd.testing.assert_frame_equal(after, before_rows)
         _agree(_rows(store), before_runs)
         # Repair: rebuilt from the raw runs left and the rollups, the percentiles, counts and
         # means of the whole history come back (rollups keep no milestones or sums of squares).
-        store.rebuild_summaries()
+        store.summaries.rebuild()
         rebuilt = _rows(store)
     now = BASE + timedelta(days=1)
     shown, expected = summarized.overview(rebuilt, now), tables.overview(before_runs, now)
@@ -241,9 +244,9 @@ def test_rebuild_equals_the_rows_kept_as_data_arrived(db: Path, tmp_path: Path) 
     path = tmp_path / "copy.db"
     path.write_bytes(db.read_bytes())
     with Store(path) as store:
-        kept = store.summaries().sort_values([*summaries.KEY, "metric"]).reset_index(drop=True)
-        store.rebuild_summaries()
-        rebuilt = store.summaries().sort_values([*summaries.KEY, "metric"])
+        kept = store.summaries.read().sort_values([*summaries.KEY, "metric"]).reset_index(drop=True)
+        store.summaries.rebuild()
+        rebuilt = store.summaries.read().sort_values([*summaries.KEY, "metric"])
     rebuilt = rebuilt.reset_index(drop=True)
     exact = [c for c in summaries.COLUMNS if c not in ("sum", "sumsq")]
     pd.testing.assert_frame_equal(rebuilt[exact], kept[exact])
@@ -261,8 +264,8 @@ def test_an_old_file_is_upgraded_with_its_summaries_built(db: Path, tmp_path: Pa
     old.conn.commit()
     old.conn.close()
     with Store(db, read_only=True) as source:
-        runs = source.runs()
-        actions = source.actions()
+        runs = source.runs.read()
+        actions = source.runs.actions()
     raw = sqlite_utils.Database(path)
     columns = [c for c in runs.columns if c in raw["runs"].columns_dict]  # a v6 file's only
     raw["runs"].insert_all(runs[columns].to_dict("records"))
@@ -272,7 +275,7 @@ def test_an_old_file_is_upgraded_with_its_summaries_built(db: Path, tmp_path: Pa
     with Store(path) as store:
         assert store.version == migrations.SCHEMA_VERSION
         _agree(_rows(store), _raw(store))
-        assert store.summaries(metrics=[summaries.ACTION_ROWS])["sum"].sum() == len(actions)
+        assert store.summaries.read(metrics=[summaries.ACTION_ROWS])["sum"].sum() == len(actions)
 
 
 @settings(max_examples=60, deadline=None)
@@ -317,7 +320,7 @@ def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
     import streamlit as streamlit
     from streamlit.testing.v1 import AppTest
 
-    import rtax.store
+    import rtax.store.database
 
     statements: list[str] = []
     connect = sqlite3.connect
@@ -327,13 +330,13 @@ def test_no_page_scans_every_run_or_action(db: Path, monkeypatch) -> None:
         conn.set_trace_callback(statements.append)
         return conn
 
-    monkeypatch.setattr(rtax.store.sqlite3, "connect", traced)
+    monkeypatch.setattr(rtax.store.database.sqlite3, "connect", traced)
     monkeypatch.setenv("RTAX_DB", str(db))
     app = str(Path(__file__).resolve().parent.parent / "app.py")
     pages = ("overview", "cold_start", "decomposition", "amortization", "projection", "capacity")
     for page in (*pages, "data"):
         streamlit.cache_data.clear()
-        at = AppTest.from_file(app, default_timeout=60)
+        at = AppTest.from_file(app, default_timeout=DEADLINE_S)
         at.run()
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, [e.value for e in at.exception]

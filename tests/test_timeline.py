@@ -1,5 +1,5 @@
-"""The Timeline's points (rtax.timeline) and their reader: percentiles per bucket worked out by
-hand, the summaries' hourly points equal to the raw path on the same samples, folded and raw
+"""The Timeline's points (rtax.analysis.timeline) and their reader: percentiles per bucket worked
+out by hand, the summaries' hourly points equal to the raw path on the same samples, folded and raw
 history as one history (every rollout counted once), failures per bucket, incidents as spans."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax import retention, status, timeline
+from rtax.analysis import status, timeline
 from rtax.dashboard import data
-from rtax.store import Store
+from rtax.store import Store, retention
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 
@@ -36,7 +36,7 @@ def _save(store: Store, run_id: str, at: datetime, ttfc: float | None, **kw) -> 
 
 def _runs(store: Store) -> pd.DataFrame:
     columns = [*status.SERIES, "started_at", "status", "error_class", "time_to_first_command_s"]
-    return store.runs(columns=columns)
+    return store.runs.read(columns=columns)
 
 
 def test_five_minute_points_by_hand(store: Store) -> None:
@@ -69,7 +69,7 @@ def test_hourly_summary_points_equal_the_raw_path(store: Store) -> None:
     for i, v in enumerate(values):
         _save(store, f"r{i}", T0 + timedelta(minutes=2 * i), v if i % 11 else None)
     raw = timeline.from_runs(_runs(store), "time_to_first_command_s", 3600)
-    rows = store.summary_buckets("hour", metrics=["time_to_first_command_s"])
+    rows = store.summaries.buckets("hour", metrics=["time_to_first_command_s"])
     summed = timeline.from_summaries(rows, "time_to_first_command_s", "hour")
     assert len(raw) == len(summed) == 2
     for column in ("runs", "ok", "failures", "n"):
@@ -89,7 +89,7 @@ def test_folded_and_raw_history_make_one_timeline(db_path: Path) -> None:
             _save(store, f"r{i}", now - timedelta(hours=71 - i, minutes=-10), 0.1 + 0.01 * i)
         report = retention.fold(store, older_than_days=1.0, pause_s=0.0, compact=False)
         assert report.runs > 0
-        left = store.count("runs")
+        left = store.runs.count()
     data.st.cache_data.clear()
     key = (None, (), (), (), ())
     fine = data.timeline_points.__wrapped__(str(db_path), key, "time_to_first_command_s", "5 min")
@@ -134,7 +134,7 @@ def test_engine_errors_are_rtax_own_and_never_lower_success(store: Store) -> Non
     _save(store, "ok", T0, 0.2)
     _save(store, "lost", T0 + timedelta(seconds=10), None, error_class="engine_error")
     raw = timeline.from_runs(_runs(store), "time_to_first_command_s", 300).iloc[0]
-    rows = store.summary_buckets("hour", metrics=["time_to_first_command_s"])
+    rows = store.summaries.buckets("hour", metrics=["time_to_first_command_s"])
     summed = timeline.from_summaries(rows, "time_to_first_command_s", "hour").iloc[0]
     for point in (raw, summed):
         assert (point["runs"], point["harness_errors"], point["success_rate"]) == (1, 1, 1.0)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rtax import toolchain
-from rtax.probe import run_rollout
-from rtax.store import Store
+from rtax.assets import toolchain
+from rtax.core.workloads import Action, Workload
+from rtax.rollouts.rollout import run_rollout
+from rtax.store.database import Store
 from rtax.substrates.local import LocalSubstrate
-from rtax.workloads import Action, Workload
 
 PIN_TEXT = """# python 3.11
 pytest==9.2.0 \\
@@ -152,8 +152,8 @@ def test_every_run_records_its_toolchain(local: LocalSubstrate, store: Store) ->
     provenance = json.loads(record.run["provenance"])
     fp = provenance["substrate"]["toolchain"]
     assert fp["distributions"] == toolchain.load().expected()
-    assert store.runs()["toolchain"].tolist() == [toolchain.digest(fp)]
-    assert store.floor_toolchain() == toolchain.digest(fp)
+    assert store.runs.read()["toolchain"].tolist() == [toolchain.digest(fp)]
+    assert store.runs.floor_toolchain() == toolchain.digest(fp)
 
 
 def test_the_install_script_makes_a_venv_of_exactly_the_wheels(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtax import workloads
-from rtax.workloads import WorkloadError
+from rtax.core import workloads
+from rtax.core.workloads import WorkloadError
 
 SOURCE = workloads.RepoSource("git://127.0.0.1:1/attrs.git", "abc123", "PATCH\n", "tests/t.py")
 

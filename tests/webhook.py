@@ -25,6 +25,9 @@ class Receiver:
                 receiver.requests += 1
                 data = self.rfile.read(int(self.headers["Content-Length"]))
                 if receiver.hold is not None:
+                    # A hang of at most 10 s, not a wait on the test: below the alert timeouts
+                    # the tests give (20 s in tests/test_scheduler.py), so that a held post is
+                    # answered late, never timed out and sent again.
                     receiver.hold.wait(10)
                 if receiver.status == 200:
                     receiver.bodies.append(json.loads(data))

@@ -1,4 +1,4 @@
-"""The Overview's status board: a card per series (`rtax.status.Card`), drawn as Streamlit
+"""The Overview's status board: a card per series (`rtax.analysis.status.Card`), drawn as Streamlit
 containers with an inline SVG sparkline.
 
 Why plain containers and SVG (docs/dashboard.md#status-board): dozens of cards must paint in
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from rtax import status
+from rtax.analysis import status
 from rtax.dashboard.format import age, duration, rate
 
 #: Streamlit's colour names for each state's badge.

@@ -1,7 +1,7 @@
 """The Capacity page's tables and Plotly figures, from load runs and the envelope fit.
 
 Why apart from `figures` (docs/load.md#reading-the-capacity-page): the page shows four things
-that belong together, each built from `rtax.envelope`'s pure tables: TTFC p50/p95 against
+that belong together, each built from `rtax.analysis.envelope`'s pure tables: TTFC p50/p95 against
 concurrency with `n` and the bound, the launch-order profile of one run, the envelope, and the
 client's own CPU and dispatch lag so that a saturated client is seen before its figures are
 believed. Series are labelled as everywhere (mode and fidelity marked), never merged.
@@ -14,8 +14,8 @@ import json
 import pandas as pd
 import plotly.graph_objects as go
 
-from rtax import envelope
-from rtax.stats import series_label, workload_label
+from rtax.analysis import envelope
+from rtax.core.series import series_name, workload_name
 
 #: The load runs table's columns, in order (what the page shows of `load_runs`).
 LOAD_COLUMNS: tuple[str, ...] = (
@@ -42,10 +42,11 @@ LOAD_COLUMNS: tuple[str, ...] = (
 
 
 def labelled(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with a `series` column: substrate · mode [fidelity], then the workload."""
+    """`frame` with a `series` column: substrate · mode [fidelity], then the workload (a load
+    run's series: `rtax.analysis.envelope.SERIES`)."""
     out = frame.copy()
     out["series"] = [
-        f"{series_label(s, m, f)} {workload_label(t, k)}"
+        f"{series_name(s, m, f)} {workload_name(t, k)}"
         for s, m, f, t, k in zip(
             out["substrate"], out["mode"], out["fidelity"], out["tier"], out["steps"], strict=True
         )

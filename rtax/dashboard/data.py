@@ -16,10 +16,20 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax import paths, stats, status, summaries, timeline
-from rtax.incidents import series_key, stamp
-from rtax.record import PAGE_COLUMNS, RUN_COLUMNS
-from rtax.store import Store, StoreError
+from rtax.analysis import stats, status, summaries, timeline
+from rtax.analysis.incidents import stamp
+from rtax.core import paths
+from rtax.core.series import Series
+from rtax.store import (
+    LOAD_ROLLOUT_COLUMNS,
+    LOAD_RUN_COLUMNS,
+    OPTION_COLUMNS,
+    PAGE_COLUMNS,
+    RUN_COLUMNS,
+    SUMMARY_COLUMNS,
+    Store,
+    StoreError,
+)
 
 TTL_S = 10
 
@@ -30,7 +40,7 @@ FilterKey = tuple[int | None, tuple[str, ...], tuple[str, ...], tuple[str, ...],
 
 def _configured_substrates() -> dict[str, Any]:
     """The configuration's substrates (with their budgets), or {} without a valid one."""
-    from rtax import config
+    from rtax.settings import config
 
     try:
         return dict(config.load().substrates)
@@ -47,15 +57,15 @@ def configured_substrates() -> dict[str, Any]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def spend_today(db: str) -> pd.DataFrame:
     """Today's (UTC) rollouts and environment-minutes per substrate beside the configured
-    budgets: the same arithmetic the scheduler applies before each rollout (rtax.budget)."""
-    from rtax import budget
+    budgets: the same arithmetic the scheduler applies before each rollout (rtax.service.budget)."""
+    from rtax.service import budget
 
     store = _open(db)
     if store is None:
         spend = pd.DataFrame(columns=["substrate", "fidelity", "rollouts", "env_minutes"])
     else:
         with store:
-            spend = store.spend(since=budget.day_start().isoformat(timespec="microseconds"))
+            spend = store.runs.spend(since=budget.day_start().isoformat(timespec="microseconds"))
     return budget.spend_table(spend, _configured_substrates())
 
 
@@ -64,7 +74,7 @@ def database() -> str:
     scheduler writes), else the embedded default."""
     if os.environ.get("RTAX_DB"):
         return os.environ["RTAX_DB"]
-    from rtax import config
+    from rtax.settings import config
 
     try:
         return str(config.load().database)
@@ -118,8 +128,8 @@ def runs(db: str, key: FilterKey) -> pd.DataFrame:
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=PAGE_COLUMNS, **_query(key))
-        floor = store.floor_toolchain()
+        frame = store.runs.read(columns=PAGE_COLUMNS, **_query(key))
+        floor = store.runs.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
@@ -129,21 +139,21 @@ DISTRIBUTION_ROWS = 5_000
 
 
 def _empty_summary() -> pd.DataFrame:
-    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in summaries.COLUMNS})
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
     return frame.assign(series=[], workload=[], comparable=[])
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def summary(db: str, key: FilterKey, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """The summary rows (rtax.summaries) of the window and filters, raw and folded history
+    """The summary rows (rtax.analysis.summaries) of the window and filters, raw and folded history
     alike, labelled with the pages' `series`, `workload` and `comparable` columns. `metrics`:
     only those (all if None). What every page's tables are computed from."""
     store = _open(db)
     if store is None:
         return _empty_summary()
     with store:
-        rows = store.summaries(metrics=list(metrics) if metrics else None, **_query(key))
-        floor = store.floor_toolchain()
+        rows = store.summaries.read(metrics=list(metrics) if metrics else None, **_query(key))
+        floor = store.runs.floor_toolchain()
     return summaries.label(rows, floor) if not rows.empty else _empty_summary()
 
 
@@ -155,8 +165,8 @@ def newest_runs(db: str, key: FilterKey, limit: int = DISTRIBUTION_ROWS) -> pd.D
     if store is None:
         return _empty_runs()
     with store:
-        frame = store.runs(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
-        floor = store.floor_toolchain()
+        frame = store.runs.read(columns=PAGE_COLUMNS, limit=limit, newest_first=True, **_query(key))
+        floor = store.runs.floor_toolchain()
     return stats.add_series(frame, floor) if not frame.empty else _empty_runs()
 
 
@@ -167,7 +177,7 @@ def has_rollups(db: str, key: FilterKey) -> bool:
     if store is None:
         return False
     with store:
-        return store.has_rollups(_query(key).get("since"))
+        return store.rollups.any(_query(key).get("since"))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -175,9 +185,9 @@ def options(db: str) -> dict[str, list[Any]]:
     """Values present in the database (raw and folded history), for the filter widgets."""
     store = _open(db)
     if store is None:
-        return {"substrate": [], "tier": [], "steps": [], "fidelity": [], "mode": [], "vantage": []}
+        return {column: [] for column in OPTION_COLUMNS}
     with store:
-        return store.summary_distinct()
+        return store.summaries.distinct()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -199,8 +209,8 @@ def recent(db: str, key: FilterKey, table: str, limit: int) -> pd.DataFrame:
         return pd.DataFrame(columns=list(RUN_COLUMNS))
     with store:
         if table == "runs":
-            return store.runs(limit=limit, newest_first=True, **_query(key))
-        return store.actions(limit=limit, newest_first=True, **_query(key))
+            return store.runs.read(limit=limit, newest_first=True, **_query(key))
+        return store.runs.actions(limit=limit, newest_first=True, **_query(key))
 
 
 def csv_of(db: str, key: FilterKey, table: str) -> bytes:
@@ -210,7 +220,7 @@ def csv_of(db: str, key: FilterKey, table: str) -> bytes:
     if store is None:
         return b""
     with store:
-        return "".join(store.csv_chunks(table, **_query(key))).encode()
+        return "".join(store.runs.csv_chunks(table, **_query(key))).encode()
 
 
 def frame_csv(frame: pd.DataFrame) -> bytes:
@@ -219,7 +229,7 @@ def frame_csv(frame: pd.DataFrame) -> bytes:
 
 def _configuration() -> Any:
     """The configuration (plans and status rules), or None without a valid one."""
-    from rtax import config
+    from rtax.settings import config
 
     try:
         return config.load()
@@ -248,7 +258,9 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
     filters = {k: v for k, v in _query(key).items() if k != "since"}
     series = list(status.SERIES)
     with store:
-        week = store.summaries(metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters)
+        week = store.summaries.read(
+            metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters
+        )
         if week.empty:
             return []
         seen = (
@@ -257,7 +269,7 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             .max()
             .rename(columns={"last_started_at": "last"})
         )
-        day_rows = store.summaries(
+        day_rows = store.summaries.read(
             metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
         )
         day = summaries.combine(day_rows, [*series, "metric"])
@@ -265,15 +277,15 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             day["runs"] = day["attempts"]
             day["p50"] = [s.quantile(50) for s in day["sketch"]]
             day["p95"] = [s.quantile(95) for s in day["sketch"]]
-        incidents = store.open_incidents()
+        incidents = store.incidents.open()
 
         def recent(row: Any) -> pd.DataFrame:
             wanted = {c: row[c] for c in series}
             wanted["steps"] = int(row["steps"])
             limit = max(rules.samples, SPARK_POINTS)
-            return store.runs(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
+            return store.runs.read(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
 
-        return status.cards(seen, day, recent, incidents, plans, rules, now, series_key)
+        return status.cards(seen, day, recent, incidents, plans, rules, now)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -285,7 +297,7 @@ def timeline_span(db: str, key: FilterKey) -> float | None:
         return None
     query = _query(key)
     with store:
-        found = store.summary_span(**query)
+        found = store.summaries.span(**query)
     if found is None:
         return None
     first = datetime.fromisoformat(found[0])
@@ -301,9 +313,10 @@ def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
     if store is None:
         return {}
     with store:
-        found = store.summary_series(**_query(key))
+        found = store.summaries.series(**_query(key))
     records = found.to_dict("records")
-    pairs = sorted(((status.label(r), series_key(r)) for r in records), key=lambda p: p[0])
+    found_series = (Series.of(r) for r in records)
+    pairs = sorted(((s.label, s.key) for s in found_series), key=lambda p: p[0])
     return {k: label for label, k in pairs}
 
 
@@ -311,7 +324,7 @@ def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
 def timeline_points(
     db: str, key: FilterKey, column: str, bucket: str, series: tuple[str, ...] | None = None
 ) -> pd.DataFrame:
-    """The timeline's points (`rtax.timeline.COLUMNS`) of one metric and bucket for the
+    """The timeline's points (`rtax.analysis.timeline.COLUMNS`) of one metric and bucket for the
     `series` keys (None: all): from the summaries for hours and days; for five minutes from
     the raw runs of the last `timeline.RAW_SPAN_S`, continued before them by the hourly
     summaries."""
@@ -323,17 +336,17 @@ def timeline_points(
     with store:
         if bucket in timeline.SUMMARY_BUCKET:
             grain = timeline.SUMMARY_BUCKET[bucket]
-            rows = store.summary_buckets(grain, metrics=[column], since=since, **query)
+            rows = store.summaries.buckets(grain, metrics=[column], since=since, **query)
             return timeline.from_summaries(timeline.keep(rows, series), column, grain)
         cut = stamp(datetime.now(UTC) - timedelta(seconds=timeline.RAW_SPAN_S))
         raw_since = max(since, cut) if since else cut
-        oldest = store.oldest_raw_start()
+        oldest = store.runs.oldest_start()
         raw_from = max(oldest, raw_since) if oldest else None
         columns = [*status.SERIES, "started_at", "status", "error_class", column]
-        runs = store.runs(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
+        runs = store.runs.read(columns=list(dict.fromkeys(columns)), since=raw_since, **query)
         raw = timeline.from_runs(timeline.keep(runs, series), column, timeline.BUCKETS[bucket])
         until = summaries.start_of(raw_from) if raw_from else None
-        hourly_rows = store.summary_buckets(
+        hourly_rows = store.summaries.buckets(
             "hour", metrics=[column], since=since, until=until, **query
         )
         hourly = timeline.from_summaries(timeline.keep(hourly_rows, series), column, "hour")
@@ -347,37 +360,33 @@ def incident_list(db: str, limit: int = 500) -> pd.DataFrame:
     if store is None:
         return pd.DataFrame()
     with store:
-        return store.incidents(limit=limit)
+        return store.incidents.read(limit=limit)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_runs(db: str, key: FilterKey) -> pd.DataFrame:
     """The load runs started in the window, for the filters (docs/load.md), oldest first."""
-    from rtax.migrations import LOAD_RUN_COLUMNS
-
     store = _open(db)
     if store is None:
         return pd.DataFrame(columns=list(LOAD_RUN_COLUMNS))
     with store:
-        return store.load_runs(**_query(key))
+        return store.loads.read(**_query(key))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def load_rollouts(db: str, load_ids: tuple[str, ...]) -> pd.DataFrame:
     """The rollouts of those load runs (the page's columns), in launch order."""
-    from rtax.store_loads import LOAD_ROLLOUT_COLUMNS
-
     store = _open(db) if load_ids else None
     if store is None:
         return pd.DataFrame(columns=list(LOAD_ROLLOUT_COLUMNS))
     with store:
-        return store.load_rollouts(list(load_ids))
+        return store.loads.rollouts(list(load_ids))
 
 
 def capacity_bounds() -> Any:
     """The configuration's `[capacity]` bounds, else the defaults (docs/load.md#the-envelope)."""
-    from rtax import config
-    from rtax.loadplan import Bounds
+    from rtax.settings import config
+    from rtax.settings.loads import Bounds
 
     try:
         return config.load().capacity
@@ -396,5 +405,5 @@ def newest_run(db: str) -> str | None:
     if store is None:
         return None
     with store:
-        found = store.summary_span()
+        found = store.summaries.span()
     return found[1] if found else None

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from rtax import reference
+from rtax.analysis.stats import percentile, successful
+from rtax.core.record import PHASE_COLUMNS
 from rtax.dashboard.format import hours
-from rtax.record import PHASE_COLUMNS
-from rtax.stats import percentile, successful
+from rtax.planning import published
 
 ECDF_POINTS = 400
 PHASE_COLORS = {
@@ -179,7 +179,7 @@ def amortization(
             )
         )
     if overlay:
-        for p in reference.TRAJECTORY_POINTS:
+        for p in published.TRAJECTORY_POINTS:
             label = f"published: {p.substrate}"
             time_fig.add_trace(
                 go.Scatter(
@@ -234,6 +234,12 @@ def projection_bars(table: pd.DataFrame, title: str) -> go.Figure:
 INCIDENT_COLORS = {"open": "#d62728", "resolved": "#7f7f7f"}
 
 
+#: One colour per series on the Timeline, in order.
+_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+)  # fmt: skip
+
+
 def timeline(points: pd.DataFrame, spans: list[dict], metric: str) -> go.Figure:
     """p50 (solid) and p95 (dashed) per series over time, success rate below with failed
     buckets marked (red x), incidents as shaded spans from their change point (a dotted line)
@@ -243,99 +249,106 @@ def timeline(points: pd.DataFrame, spans: list[dict], metric: str) -> go.Figure:
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06
     )
-    palette = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-    ]  # fmt: skip
     for i, (series, group) in enumerate(points.groupby("series", sort=True)):
-        color = palette[i % len(palette)]
-        group = group.sort_values("bucket_start")
-        custom = np.column_stack(
-            [
-                group["bucket_end"].astype(str),
-                group["n"],
-                group["runs"],
-                group["source"],
-                group["errors"].replace("", "none"),
-            ]
+        _timeline_series(
+            fig, series, group.sort_values("bucket_start"), _PALETTE[i % len(_PALETTE)]
         )
-        when = "%{x|%Y-%m-%d %H:%M} → %{customdata[0]|%H:%M} UTC"
-        for q, dash in (("p50", "solid"), ("p95", "dash")):
-            fig.add_trace(
-                go.Scatter(
-                    x=group["bucket_start"],
-                    y=group[q],
-                    mode="lines+markers",
-                    name=f"{series} {q}",
-                    legendgroup=series,
-                    line={"color": color, "dash": dash, "width": 1.5},
-                    marker={"size": 4},
-                    customdata=custom,
-                    hovertemplate=f"<b>{series}</b><br>{when}<br>{q} %{{y:.4g}} s "
-                    "(n=%{customdata[1]})<br>%{customdata[3]}<extra></extra>",
-                ),
-                row=1,
-                col=1,
-            )
-        fig.add_trace(
-            go.Scatter(
-                x=group["bucket_start"],
-                y=group["success_rate"],
-                mode="lines",
-                name=f"{series} success",
-                legendgroup=series,
-                showlegend=False,
-                line={"color": color, "width": 1},
-                customdata=custom,
-                hovertemplate=f"<b>{series}</b><br>{when}<br>success %{{y:.0%}} of "
-                "%{customdata[2]} rollouts<br>failures: %{customdata[4]}<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
-        failed = group[group["failures"] > 0]
-        if not failed.empty:
-            fig.add_trace(
-                go.Scatter(
-                    x=failed["bucket_start"],
-                    y=failed["success_rate"],
-                    mode="markers",
-                    name=f"{series} failures",
-                    legendgroup=series,
-                    showlegend=False,
-                    marker={"symbol": "x", "color": "#d62728", "size": 8},
-                    customdata=np.column_stack([failed["failures"], failed["errors"]]),
-                    hovertemplate=f"<b>{series}</b><br>%{{x|%Y-%m-%d %H:%M}} UTC<br>"
-                    "%{customdata[0]} failed: %{customdata[1]}<extra></extra>",
-                ),
-                row=2,
-                col=1,
-            )
     for span in spans:
-        color = INCIDENT_COLORS.get(span["state"], "#7f7f7f")
-        fig.add_vrect(
-            x0=span["start"],
-            x1=span["end"],
-            fillcolor=color,
-            opacity=0.12,
-            line_width=0,
-            row="all",
-            col=1,
-        )
-        fig.add_vline(x=span["start"], line={"color": color, "dash": "dot", "width": 1}, row=1)
-        fig.add_annotation(
-            x=span["start"],
-            y=1.0,
-            yref="y domain",
-            text=span["text"],
-            showarrow=False,
-            xanchor="left",
-            yanchor="top",
-            font={"color": color, "size": 11},
-            hovertext=f"{span['series']}: {span['metric']}. {span['detail']}",
-        )
+        _incident_span(fig, span)
     fig.update_yaxes(type="log", title_text=f"{metric} (s, log)", row=1, col=1)
     fig.update_yaxes(title_text="success", tickformat=".0%", range=[-0.05, 1.05], row=2, col=1)
     fig.update_layout(
         height=560, margin={"t": 30, "b": 30}, hovermode="closest", legend={"orientation": "h"}
     )
     return fig
+
+
+def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: str) -> None:
+    """One series' traces: p50 and p95 above, success and its failed buckets below."""
+    custom = np.column_stack(
+        [
+            group["bucket_end"].astype(str),
+            group["n"],
+            group["runs"],
+            group["source"],
+            group["errors"].replace("", "none"),
+        ]
+    )
+    when = "%{x|%Y-%m-%d %H:%M} → %{customdata[0]|%H:%M} UTC"
+    for q, dash in (("p50", "solid"), ("p95", "dash")):
+        fig.add_trace(
+            go.Scatter(
+                x=group["bucket_start"],
+                y=group[q],
+                mode="lines+markers",
+                name=f"{series} {q}",
+                legendgroup=series,
+                line={"color": color, "dash": dash, "width": 1.5},
+                marker={"size": 4},
+                customdata=custom,
+                hovertemplate=f"<b>{series}</b><br>{when}<br>{q} %{{y:.4g}} s "
+                "(n=%{customdata[1]})<br>%{customdata[3]}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=group["bucket_start"],
+            y=group["success_rate"],
+            mode="lines",
+            name=f"{series} success",
+            legendgroup=series,
+            showlegend=False,
+            line={"color": color, "width": 1},
+            customdata=custom,
+            hovertemplate=f"<b>{series}</b><br>{when}<br>success %{{y:.0%}} of "
+            "%{customdata[2]} rollouts<br>failures: %{customdata[4]}<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
+    failed = group[group["failures"] > 0]
+    if not failed.empty:
+        fig.add_trace(
+            go.Scatter(
+                x=failed["bucket_start"],
+                y=failed["success_rate"],
+                mode="markers",
+                name=f"{series} failures",
+                legendgroup=series,
+                showlegend=False,
+                marker={"symbol": "x", "color": "#d62728", "size": 8},
+                customdata=np.column_stack([failed["failures"], failed["errors"]]),
+                hovertemplate=f"<b>{series}</b><br>%{{x|%Y-%m-%d %H:%M}} UTC<br>"
+                "%{customdata[0]} failed: %{customdata[1]}<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
+
+
+def _incident_span(fig: go.Figure, span: dict) -> None:
+    """An incident: a shaded span from its change point (a dotted line) to its end."""
+    color = INCIDENT_COLORS.get(span["state"], "#7f7f7f")
+    fig.add_vrect(
+        x0=span["start"],
+        x1=span["end"],
+        fillcolor=color,
+        opacity=0.12,
+        line_width=0,
+        row="all",
+        col=1,
+    )
+    fig.add_vline(x=span["start"], line={"color": color, "dash": "dot", "width": 1}, row=1)
+    fig.add_annotation(
+        x=span["start"],
+        y=1.0,
+        yref="y domain",
+        text=span["text"],
+        showarrow=False,
+        xanchor="left",
+        yanchor="top",
+        font={"color": color, "size": 11},
+        hovertext=f"{span['series']}: {span['metric']}. {span['detail']}",
+    )

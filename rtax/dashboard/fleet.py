@@ -2,7 +2,8 @@
 
 Why a module (docs/dashboard.md): the page stays thin (widgets and calls); choosing which
 samples feed a model, and laying its answer out as a table with `n`, is tested here without
-Streamlit. The models themselves are `rtax.poolmodel`, `rtax.makespan` and `rtax.pricing`.
+Streamlit. The models themselves are `rtax.planning.poolmodel`, `rtax.planning.steptime` and
+`rtax.planning.pricing`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rtax import pricing, stats, summaries
+from rtax.analysis import stats, summaries
+from rtax.planning import pricing
 
 #: The columns of `plan_costs`.
 PLAN_COLUMNS = (
@@ -74,7 +76,7 @@ def plan_costs(
     pool_size: int = 0,
 ) -> pd.DataFrame:
     """Per series at `steps` actions whose substrate has limits or prices configured: the
-    plan's wall-clock floor, billed and useful hours and dollars (rtax.pricing) from the
+    plan's wall-clock floor, billed and useful hours and dollars (rtax.planning.pricing) from the
     series' mean wall, actions and time-to-first-command (summary rows). Totals use means."""
     at = rows[rows["steps"] == steps] if not rows.empty else rows
     if at.empty:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pandas as pd
 import streamlit as st
 
-import rtax
+from rtax.core.version import __version__
 from rtax.dashboard import data, format, urlstate
 
 
@@ -30,7 +30,7 @@ def line(db: str, newest: str | None, now: datetime, version: str) -> str:
 @st.fragment(run_every=data.TTL_S)
 def _freshness(db: str) -> None:
     """The footer's line, refreshed like the live parts of the pages: the data's age moves."""
-    st.caption(line(db, data.newest_run(db), datetime.now(UTC), rtax.__version__))
+    st.caption(line(db, data.newest_run(db), datetime.now(UTC), __version__))
 
 
 def draw(url_path: str = "") -> None:

@@ -5,70 +5,20 @@ itself, listens on every interface, while the Data page shows endpoints, kube co
 and security groups. So the dashboard listens on 127.0.0.1 unless the configuration's
 ``[dashboard]`` table or ``$RTAX_DASHBOARD_ADDRESS`` opens it, and `make run`, `make demo` and
 the app image all start it through `rtax dashboard`, which resolves the address here. Imports
-no Streamlit: the configuration checks a ``[dashboard]`` table through `parse`.
+no Streamlit; the ``[dashboard]`` table itself is `rtax.settings.dashboard`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from rtax import paths
-
-LOOPBACK = "127.0.0.1"
-DEFAULT_PORT = 8501
-#: The environment's say, over the configuration's (the app image sets the address).
-ADDRESS_ENV, PORT_ENV = "RTAX_DASHBOARD_ADDRESS", "RTAX_DASHBOARD_PORT"
-_ANY = ("0.0.0.0", "::", "")
-
-
-@dataclass(frozen=True)
-class Dashboard:
-    #: the interface to listen on; 0.0.0.0 (every one) only when asked for
-    address: str = LOOPBACK
-    port: int = DEFAULT_PORT
-
-    @property
-    def health_url(self) -> str:
-        """Streamlit's health endpoint as this host reaches it (loopback when listening on all)."""
-        host = LOOPBACK if self.address in _ANY else self.address
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}/_stcore/health"
-
-
-def _port(value: Any) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
-        raise ValueError(f"must be a port number (1-65535), got {value!r}")
-    return value
-
-
-def _address(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
-        raise ValueError(f'must be an address to listen on (e.g. "127.0.0.1"), got {value!r}')
-    return value
-
-
-def parse(raw: Any, bad: Callable[[str, str], None]) -> Dashboard:
-    """The ``[dashboard]`` table of a configuration; each mistake reported through `bad`."""
-    if not isinstance(raw, dict):
-        bad("dashboard", "must be a table")
-        return Dashboard()
-    for extra in set(raw) - {"address", "port"}:
-        bad(f"dashboard.{extra}", "unknown key")
-    found = Dashboard()
-    for key, check in (("address", _address), ("port", _port)):
-        if key in raw:
-            try:
-                found = replace(found, **{key: check(raw[key])})
-            except ValueError as exc:
-                bad(f"dashboard.{key}", str(exc))
-    return found
+from rtax.core import paths
+from rtax.settings.dashboard import ADDRESS_ENV, PORT_ENV, Dashboard
+from rtax.settings.dashboard import address as address_of
+from rtax.settings.dashboard import port as port_of
 
 
 def resolve(
@@ -80,8 +30,8 @@ def resolve(
     """Flags, else the environment, else the configuration, else 127.0.0.1:8501."""
     try:
         return Dashboard(
-            _address(address or environ.get(ADDRESS_ENV) or configured.address),
-            _port(port or environ.get(PORT_ENV) or configured.port),
+            address_of(address or environ.get(ADDRESS_ENV) or configured.address),
+            port_of(port or environ.get(PORT_ENV) or configured.port),
         )
     except ValueError as exc:
         raise ValueError(f"${ADDRESS_ENV} / ${PORT_ENV}: {exc}") from None

@@ -1,5 +1,5 @@
-"""The pages' tables from per-series summaries (rtax.summaries): the same columns and rules as
-`rtax.dashboard.tables` computes from raw runs, without reading every run.
+"""The pages' tables from per-series summaries (rtax.analysis.summaries): the same columns and rules
+as `rtax.dashboard.tables` computes from raw runs, without reading every run.
 
 Why a twin and not a replacement: `tables` stays the definition (tests compare the two on the
 same samples); this module answers it from counts, sums and sketches merged over the hours of the
@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from rtax import projection, stats, summaries
+from rtax.analysis import stats, summaries
+from rtax.core.record import PHASE_COLUMNS
+from rtax.core.series import DIMENSIONS, series_name, workload_name
 from rtax.dashboard.tables import GROUP, OVERVIEW_COLUMNS, PHASES, _age, disclosed
-from rtax.record import PHASE_COLUMNS
+from rtax.planning import projection
 
 #: The metrics the Overview reads.
 OVERVIEW_METRICS = ("time_to_first_command_s", "episode_s", "wall_s")
@@ -113,8 +115,9 @@ def phase_percentiles(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def milestones(rows: pd.DataFrame) -> pd.DataFrame:
-    """`Store.milestone_means` (with its series and workload labels) from summary rows."""
-    by = ["substrate", "mode", "fidelity", "launch_type", "vantage", "tier", "steps"]
+    """``store.runs.milestone_means()`` (with its series and workload labels) from summary
+    rows."""
+    by = list(DIMENSIONS)
     columns = [*by, "milestone", "mean_t_s", "n", "series", "workload"]
     picked = rows[rows["metric"].str.startswith(summaries.MILESTONE)] if not rows.empty else rows
     merged = summaries.combine(picked, [*by, "metric"])
@@ -123,7 +126,7 @@ def milestones(rows: pd.DataFrame) -> pd.DataFrame:
     merged["milestone"] = merged["metric"].str.removeprefix(summaries.MILESTONE)
     merged["mean_t_s"] = merged["sum"] / merged["n"]
     merged["series"] = [
-        stats.series_label(*k)
+        series_name(*k)
         for k in zip(
             merged["substrate"],
             merged["mode"],
@@ -134,7 +137,7 @@ def milestones(rows: pd.DataFrame) -> pd.DataFrame:
         )
     ]
     merged["workload"] = [
-        stats.workload_label(t, s) for t, s in zip(merged["tier"], merged["steps"], strict=True)
+        workload_name(t, s) for t, s in zip(merged["tier"], merged["steps"], strict=True)
     ]
     return merged.sort_values([*by, "mean_t_s"]).reset_index(drop=True)[columns]
 
@@ -235,21 +238,19 @@ def vantages(rows: pd.DataFrame) -> pd.DataFrame:
     fidelity, workload and vantage, runs, success rate, time to first command (n, p50, p95)
     and episode p50, and how many times the nearest vantage's time-to-first-command p50 each
     vantage's is (1.0: the nearest). Only series seen from two vantages or more."""
-    by = ["substrate", "mode", "fidelity", "tier", "steps", "vantage"]
+    by = list(DIMENSIONS)
     ttfc = summaries.latency(rows, "time_to_first_command_s", by) if not rows.empty else None
     if ttfc is None or ttfc.empty:
         return pd.DataFrame(columns=list(VANTAGE_COLUMNS))
     episode = summaries.latency(rows, "episode_s", by)[[*by, "p50"]]
     out = ttfc.merge(episode.rename(columns={"p50": "episode_p50_s"}), on=by, how="left")
     out = out.rename(columns={"n": "ttfc_n", "p50": "ttfc_p50_s", "p95": "ttfc_p95_s"})
-    series = ["substrate", "mode", "fidelity", "tier", "steps"]
+    series = [d for d in DIMENSIONS if d != "vantage"]  # the same series, another vantage
     out = out[out.groupby(series)["vantage"].transform("nunique") > 1]
     if out.empty:
         return pd.DataFrame(columns=list(VANTAGE_COLUMNS))
     nearest = out.groupby(series)["ttfc_p50_s"].transform("min")
     out["ttfc_vs_nearest"] = out["ttfc_p50_s"] / nearest.where(nearest > 0)
-    out["workload"] = [
-        stats.workload_label(t, s) for t, s in zip(out["tier"], out["steps"], strict=True)
-    ]
+    out["workload"] = [workload_name(t, s) for t, s in zip(out["tier"], out["steps"], strict=True)]
     out = out.sort_values([*series, "ttfc_p50_s"], na_position="last")
     return out[list(VANTAGE_COLUMNS)].reset_index(drop=True)

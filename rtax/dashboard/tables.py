@@ -1,8 +1,8 @@
-"""The tables the pages show: pure functions of run frames, built on `rtax.stats`.
+"""The tables the pages show: pure functions of run frames, built on `rtax.analysis.stats`.
 
-Why separate from the pages: the numbers a user reads must be exactly what `rtax.stats` computes,
-and tests check that by calling these functions on the same data (docs/dashboard.md). Every
-latency table carries `n` and the success rate.
+Why separate from the pages: the numbers a user reads must be exactly what `rtax.analysis.stats`
+computes, and tests check that by calling these functions on the same data (docs/dashboard.md).
+Every latency table carries `n` and the success rate.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from rtax import projection, reference, stats
-from rtax.record import METRIC_PHASES, PHASE_COLUMNS, phases_of
+from rtax.analysis import stats
+from rtax.core.record import METRIC_PHASES, PHASE_COLUMNS, phases_of
+from rtax.planning import projection, published
 
 GROUP = ("series", "tier", "steps")
 #: The Overview's columns, whether computed from raw runs (`overview`) or from the summaries
@@ -303,7 +304,7 @@ def scenarios() -> pd.DataFrame:
                 "published_hours": s.published_hours,
                 "source": s.source,
             }
-            for s in reference.SCENARIOS
+            for s in published.SCENARIOS
         ]
     )
 

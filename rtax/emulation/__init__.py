@@ -17,22 +17,18 @@ them. Every emulation takes faults in one vocabulary, `rtax.emulation.faults`.
 from __future__ import annotations
 
 import fcntl
-import importlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from rtax import paths
+from rtax.core import paths
+from rtax.core.kinds import CONNECTION_PARAMS, EMULATIONS, UnknownKind, load
 from rtax.substrates.emulated import EMULATION_HEADER
 
-#: substrate kind -> "module:Class" of its emulation
-REGISTRY: dict[str, str] = {
-    "kubernetes": "rtax.emulation.kubernetes:KubernetesEmulation",
-    "ec2": "rtax.emulation.ec2:Ec2Emulation",
-    "daytona": "rtax.emulation.daytona:DaytonaEmulation",
-}
+#: substrate kind -> "module:Class" of its emulation (`rtax.core.kinds`)
+REGISTRY: dict[str, str] = EMULATIONS
 
 
 @runtime_checkable
@@ -119,11 +115,9 @@ def kinds() -> list[str]:
 def emulation_class(kind: str) -> type:
     """Import and return the emulation class for substrate `kind`."""
     try:
-        target = REGISTRY[kind]
-    except KeyError:
+        return load(REGISTRY, kind)
+    except UnknownKind:
         raise ValueError(f"no emulation for {kind!r} (emulated: {', '.join(kinds())})") from None
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
 
 
 def get_emulation(kind: str, **options: Any) -> Emulation:
@@ -218,34 +212,6 @@ def running(*, path: Path | None = None) -> dict[str, dict[str, Any]]:
     return emulations if isinstance(emulations, dict) else {}
 
 
-#: Parameters that say *where* and *as whom* a substrate connects. Under an emulation they are
-#: the emulation's alone: a configured real endpoint or credential would otherwise be probed (or
-#: sent to the emulation) under the `emulated` label.
-CONNECTION_PARAMS = frozenset(
-    {
-        "fidelity",
-        "host",
-        "kubeconfig",
-        "context",
-        "in_cluster",
-        "token",
-        "ca_cert",
-        "verify_ssl",
-        "endpoint",
-        "profile",
-        "region",
-        "api_url",
-        "api_key",
-        "target",
-    }
-)
-
-
-def connection_params(params: dict[str, Any]) -> list[str]:
-    """The configured parameters (or their ``*_env`` forms) that an emulation must own."""
-    return sorted(k for k in params if k.removesuffix("_env") in CONNECTION_PARAMS)
-
-
 def overlay(emulated: dict[str, Any], configured: dict[str, Any]) -> dict[str, Any]:
     """A substrate's parameters when it runs against an emulation: what the configuration sets
     (image, resources, mode, ...), then the emulation's endpoint and credentials, which no
@@ -263,7 +229,7 @@ def overlay(emulated: dict[str, Any], configured: dict[str, Any]) -> dict[str, A
 def start_all(kinds_: list[str], log: Any = print) -> list[Emulation]:
     """Start the emulations of `kinds_` (building the runner image their environments run in,
     if missing); on any failure stop those already started and re-raise."""
-    from rtax.image import ensure_runner
+    from rtax.assets.image import ensure_runner
 
     ensure_runner(log=log)
     started: list[Emulation] = []

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from rtax.substrates.base import Environment, Substrate, clock
 
-log = logging.getLogger("rtax.emulation")
+log = logging.getLogger(__name__)
 
 #: How long a backing container's removal is retried (an engine restart takes seconds).
 REMOVE_DEADLINE_S = 180.0

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rtax.faultsuite.disk import SmallDisk
-from rtax.faultsuite.engine import PrivateEngine
+from rtax.faultsuite.dockerd import PrivateEngine
 from rtax.faultsuite.scenario import LOST_ANSWER_S
 
-log = logging.getLogger("rtax.faultsuite")
+log = logging.getLogger(__name__)
 
 #: How long an injector waits for something to inject into (a running container, a rollout).
 FIND_TIMEOUT_S = 90.0

@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rtax import paths
+from rtax.core import paths
 from rtax.faultsuite import scenario, tally
 from rtax.faultsuite.disk import SmallDisk
-from rtax.faultsuite.engine import PrivateEngine
+from rtax.faultsuite.dockerd import PrivateEngine
 from rtax.faultsuite.inject import Injector
 from rtax.faultsuite.watch import DashboardReaders, EnvironmentSearch, LogFollower, search_files
 
-log = logging.getLogger("rtax.faultsuite")
+log = logging.getLogger(__name__)
 
 #: After the faults: how long the scheduler has to finish one more rollout (it is alive), to
 #: stop on SIGTERM, and the leftovers' removal to settle (the kubelet removes in the background).
@@ -61,7 +61,7 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-class Scheduler:
+class SchedulerProcess:
     """`rtax schedule` as a subprocess, one log file per start."""
 
     def __init__(self, config: Path, logs: Path, env: dict[str, str], follower: LogFollower):
@@ -221,19 +221,14 @@ def _measure(
     outcome: tally.Outcome,
     progress: Callable | None,
 ) -> None:
+    """Run the scheduler under the faults, then count what it left: rows, leaks, secrets."""
     database = disk.path / "rtax.db"
-    config = root / "rtax-faults.toml"
-    config.write_text(
-        scenario.config_text(database, {k: e.substrate_params() for k, e in emus.items()})
-    )
     logs = root / "logs"
     logs.mkdir()
     env = dict(os.environ)
-    check = _run_cli(["config", "check", "--config", str(config)], env, logs / "check.log", 60)
-    if ": ok;" not in check:
-        raise RuntimeError(f"the generated configuration is refused: {check.strip()}")
+    config = _configure(root, database, emus, env, logs)
     follower = LogFollower()
-    scheduler = Scheduler(config, logs, env, follower)
+    scheduler = SchedulerProcess(config, logs, env, follower)
     stop_readers, stop_faults = threading.Event(), threading.Event()
     readers = DashboardReaders(database, stop_readers)
     secrets = [canary[k] for k in scenario.SECRET_VARS]
@@ -252,20 +247,7 @@ def _measure(
     search.start()
     try:
         _fault_phase(size, plan, scheduler, follower, injector, progress)
-        # Recovery: the faults are over; the scheduler must still be running and recording.
-        injector.clear()
-        mark, deadline = len(follower.finished), time.monotonic() + RECOVERY_S
-        while (
-            len(follower.finished) <= mark
-            and time.monotonic() < deadline
-            and not scheduler.given_up
-        ):
-            scheduler.check()
-            follower.poll()
-            time.sleep(0.5)  # polling the logs, with a deadline
-        outcome.scheduler_alive = (
-            scheduler.alive() and len(follower.finished) > mark and not scheduler.deaths
-        )
+        outcome.scheduler_alive = _recovered(scheduler, follower, injector)
     finally:
         stop_faults.set()
         stop_readers.set()
@@ -281,16 +263,7 @@ def _measure(
     outcome.notes += [f"dashboard reader: {n}x {e}" for e, n in readers.errors.items()]
     _final_pass(root, engine, config, env, logs, outcome)
     rows_of(database, outcome, root / "spool")
-    exports = root / "exports"
-    exports.mkdir()
-    for table in ("runs", "actions"):
-        out = exports / f"{table}.csv"
-        _run_cli(
-            ["export", "--db", str(database), "--table", table, "--out", str(out)],
-            env,
-            logs / f"export-{table}.log",
-            300,
-        )
+    exports = _export(root, database, env, logs)
     found = search_files(
         [disk.path, root / "spool", logs, exports, engine.root / "dockerd.log"], secrets
     )
@@ -301,10 +274,50 @@ def _measure(
     outcome.secrets = found
 
 
+def _configure(
+    root: Path, database: Path, emus: dict[str, Any], env: dict[str, str], logs: Path
+) -> Path:
+    """The suite's configuration file, checked by `rtax config check` as a user would."""
+    config = root / "rtax-faults.toml"
+    config.write_text(
+        scenario.config_text(database, {k: e.substrate_params() for k, e in emus.items()})
+    )
+    check = _run_cli(["config", "check", "--config", str(config)], env, logs / "check.log", 60)
+    if ": ok;" not in check:
+        raise RuntimeError(f"the generated configuration is refused: {check.strip()}")
+    return config
+
+
+def _recovered(scheduler: SchedulerProcess, follower: LogFollower, injector: Injector) -> bool:
+    """Recovery: the faults are over; the scheduler must still be running and recording."""
+    injector.clear()
+    mark, deadline = len(follower.finished), time.monotonic() + RECOVERY_S
+    while len(follower.finished) <= mark and time.monotonic() < deadline and not scheduler.given_up:
+        scheduler.check()
+        follower.poll()
+        time.sleep(0.5)  # polling the logs, with a deadline
+    return scheduler.alive() and len(follower.finished) > mark and not scheduler.deaths
+
+
+def _export(root: Path, database: Path, env: dict[str, str], logs: Path) -> Path:
+    """Both tables exported through `rtax export`, as a user would (searched for secrets)."""
+    exports = root / "exports"
+    exports.mkdir()
+    for table in ("runs", "actions"):
+        out = exports / f"{table}.csv"
+        _run_cli(
+            ["export", "--db", str(database), "--table", table, "--out", str(out)],
+            env,
+            logs / f"export-{table}.log",
+            300,
+        )
+    return exports
+
+
 def _fault_phase(
     size: scenario.Size,
     plan: list[tuple[int, str]],
-    scheduler: Scheduler,
+    scheduler: SchedulerProcess,
     follower: LogFollower,
     injector: Injector,
     progress: Callable | None,
@@ -346,7 +359,8 @@ def _final_pass(
 ) -> None:
     """One reaper pass (`rtax reap`, the scheduler stopped), then what is left, per substrate,
     as the engine shows it and as each substrate's API lists it."""
-    from rtax import config as rtax_config
+    from rtax.settings import config as rtax_config
+    from rtax.substrates import build_substrate
 
     text = _run_cli(["reap", "--config", str(config)], env, logs / "reap.log", 900)
     outcome.reaped = sum(
@@ -373,7 +387,7 @@ def _final_pass(
     conf = rtax_config.load(config)
     for name, entry in conf.substrates.items():
         try:
-            substrate = rtax_config.build_substrate(entry)
+            substrate = build_substrate(entry)
             left = substrate.leftovers()
             api[name] = len(left)
             outcome.notes += [
@@ -393,11 +407,11 @@ def _final_pass(
 def rows_of(database: Path, outcome: tally.Outcome, spool_dir: Path | None = None) -> None:
     """Each stored run's completed actions and its stored action rows; the records left in
     the spool beside the database and in `spool_dir` (the second spool)."""
-    from rtax.store import Store
+    from rtax.store.database import Store
 
     with Store(database, create=False) as store:
-        runs = store.runs(columns=["run_id", "n_actions_done"])
-        actions = store.actions(phase="action")
+        runs = store.runs.read(columns=["run_id", "n_actions_done"])
+        actions = store.runs.actions(phase="action")
     stored = actions.groupby("run_id").size().to_dict() if not actions.empty else {}
     done = runs["n_actions_done"].fillna(0).astype(int)  # None: a rollout that never started
     outcome.rows = {

@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 from rtax.faultsuite import tally
-from rtax.faultsuite.engine import PrivateEngine
+from rtax.faultsuite.dockerd import PrivateEngine
 
-log = logging.getLogger("rtax.faultsuite")
+log = logging.getLogger(__name__)
 
 
 class LogFollower:

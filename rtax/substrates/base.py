@@ -1,8 +1,8 @@
 """The substrate protocol: one environment's life, with one meaning for every kind of substrate.
 
-Why a protocol and nothing more: the probe runner (`rtax.probe`) times each step of this life and
-must never know which substrate it is timing, so that "create" or "ready" means the same thing for
-a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
+Why a protocol and nothing more: the probe runner (`rtax.rollouts.rollout`) times each step of this
+life and must never know which substrate it is timing, so that "create" or "ready" means the same
+thing for a directory, a container, a pod or a VM (docs/measurement.md). A substrate never touches
 the store and never times its own phases; it only does the work and may mark native milestones.
 What substrates share beyond this contract (labels, leftovers, rate-limit retries, polling,
 command timeouts) is in `rtax.substrates.kit`, so that each kind's file holds only its API.
@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from rtax import redaction
+from rtax.core import redaction
+from rtax.core.failures import SubstrateError
 
 #: The one clock for durations and milestones: monotonic, high resolution. Wall-clock time is used
 #: only for UTC timestamps, never for durations.
@@ -138,77 +139,9 @@ class Leftover(Environment):
     expires_at: str | None = None
 
 
-class SubstrateError(Exception):
-    """A failure of the substrate; `error_class` is what the run row records."""
-
-    error_class = "substrate_error"
-    #: The ready phase retries a failing first command until its timeout (a starting
-    #: environment may refuse commands for a while); a permanent error, one no retry can change
-    #: (an exec refused as forbidden), ends it at once instead.
-    permanent = False
-
-
-class CreateFailed(SubstrateError):
-    error_class = "create_failed"
-
-
-class CreateTimeout(SubstrateError):
-    error_class = "create_timeout"
-
-
-class ReadyTimeout(SubstrateError):
-    error_class = "ready_timeout"
-
-
-class RateLimited(SubstrateError):
-    error_class = "rate_limited"
-
-
-class ExecError(SubstrateError):
-    """The command could not be run at all (a non-zero exit code is not an ExecError)."""
-
-    error_class = "exec_error"
-
-
-class CommandTimeout(SubstrateError):
-    """The command ran past its timeout and was killed."""
-
-    error_class = "action_timeout"
-
-
-class EnvironmentLost(SubstrateError):
-    """The environment disappeared under the rollout (killed from outside, deleted, evicted)."""
-
-    error_class = "environment_lost"
-
-
-class CleanupFailed(SubstrateError):
-    error_class = "cleanup_failed"
-
-
-class ClaimTimeout(SubstrateError):
-    """A warm pool had no environment to hand over within the claim's timeout (it stayed empty:
-    its refills were too slow, or kept failing; the message says which)."""
-
-    error_class = "claim_timeout"
-
-
-#: Error classes that end the ready phase at once instead of being retried: a substrate that
-#: already retried a rate limit with back-off and gave up has answered for good, as has an
-#: environment that is gone or a first command that hung.
-READY_FINAL = ("environment_lost", "action_timeout", "rate_limited")
-
-
-def ready_refusal_is_final(exc: SubstrateError) -> bool:
-    """Whether a failed ready attempt ends the ready phase (else it is retried until the ready
-    timeout: a starting environment may refuse commands for a while). One rule for the probe
-    runner's ready phase and a warm pool's own."""
-    return exc.permanent or exc.error_class in READY_FINAL
-
-
 def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a substrate method so that any exception leaves it with every secret the
-    substrate holds (its ``_secrets()``) and every one rtax holds (`rtax.redaction`) replaced
+    substrate holds (its ``_secrets()``) and every one rtax holds (`rtax.core.redaction`) replaced
     by ``***``: in its message, its attributes and every exception chained to it.
 
     Why at the boundary: an error's text is what reaches the run row, the logs and the CSVs,

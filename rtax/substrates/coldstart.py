@@ -18,16 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rtax.substrates.base import (
-    READY_COMMAND,
-    CommandResult,
-    Environment,
-    ReadyTimeout,
-    Substrate,
-    SubstrateError,
-    clock,
-    ready_refusal_is_final,
-)
+from rtax.core.failures import ReadyTimeout, SubstrateError, ready_refusal_is_final
+from rtax.substrates.base import READY_COMMAND, CommandResult, Environment, Substrate, clock
 from rtax.substrates.poll import poll
 
 

@@ -35,17 +35,9 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from rtax import redaction
-from rtax.substrates.base import (
-    LABEL,
-    CommandResult,
-    CommandTimeout,
-    Environment,
-    Leftover,
-    RateLimited,
-    RateLimitWait,
-    clock,
-)
+from rtax.core import redaction
+from rtax.core.failures import CommandTimeout, RateLimited
+from rtax.substrates.base import LABEL, CommandResult, Environment, Leftover, RateLimitWait, clock
 from rtax.substrates.poll import Polled, poll
 
 __all__ = [

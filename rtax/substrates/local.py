@@ -6,7 +6,7 @@ is that substrate's tax. Phases (docs/measurement.md): create = copy the preload
 into a new directory; orchestration = nothing to wait for; ready = the first `true`.
 
 A floor must run the same programs as what stands on it: commands see the workload toolchain
-(`rtax.toolchain`, the same pinned wheels as the runner image, in a venv of the system's
+(`rtax.assets.toolchain`, the same pinned wheels as the runner image, in a venv of the system's
 interpreter) first on PATH, and an allow-listed environment shaped like a container's, never the
 project's venv nor the scheduler's own variables (credentials included).
 """
@@ -24,19 +24,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rtax import paths, toolchain
-from rtax.substrates import kit
-from rtax.substrates.base import (
+from rtax.assets import toolchain
+from rtax.core import paths
+from rtax.core.failures import (
     CleanupFailed,
-    CommandResult,
     CommandTimeout,
     CreateFailed,
-    Environment,
     EnvironmentLost,
     ExecError,
-    Leftover,
-    clock,
 )
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, Leftover, clock
 
 #: The system's standard folders, after the toolchain on every command's PATH (as in the image).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -33,22 +33,19 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
-from rtax import toolchain
-from rtax.image import RUNNER_IMAGE
-from rtax.substrates import kit
-from rtax.substrates.base import (
+from rtax.assets import toolchain
+from rtax.assets.image import RUNNER_IMAGE
+from rtax.core.failures import (
     CleanupFailed,
-    CommandResult,
     CreateFailed,
     CreateTimeout,
-    Environment,
     EnvironmentLost,
     ExecError,
-    Leftover,
     ReadyTimeout,
     SubstrateError,
-    clock,
 )
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, Leftover, clock
 
 #: A state check is one ``podman inspect`` process (tens of ms by itself); the pause between
 #: checks is short beside it, so the resolution stays near one check's cost.
@@ -323,7 +320,7 @@ class PodmanSubstrate:
         missing or stale and copied in when podman's copy has another id; another image must
         already be there."""
         if self.image == RUNNER_IMAGE:
-            from rtax.image import ensure_runner
+            from rtax.assets.image import ensure_runner
 
             built = ensure_runner(log=log)
             if self._image_id() != built:

@@ -7,7 +7,8 @@ each environment with that substrate's own create, wait_running and first `true`
 (`rtax.substrates.coldstart`), so making one *is* a cold start, kept as such (`WarmPool.made`,
 and the ``pool`` provenance of the run that claims it): the samples a pool model draws from.
 
-The rules (those the pool model, `rtax.poolmodel`, simulates, so it can be checked against this):
+The rules (those the pool model, `rtax.planning.poolmodel`, simulates, so it can be checked against
+this):
 
 - It starts full: `prepare` makes `size` environments and returns once every one is ready.
 - A claim takes the environment ready longest; its slot is refilled in the background by one
@@ -23,7 +24,6 @@ The rules (those the pool model, `rtax.poolmodel`, simulates, so it can be check
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import uuid
@@ -32,59 +32,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtax.substrates.base import (
-    ClaimTimeout,
-    CommandResult,
-    Environment,
-    Leftover,
-    Substrate,
-    SubstrateError,
-    clock,
-)
+from rtax.core.failures import Cancelled, ClaimTimeout, SubstrateError
+from rtax.settings.pool import PoolSettings
+from rtax.substrates.base import CommandResult, Environment, Leftover, Substrate, clock
 from rtax.substrates.coldstart import cold_start
 
-log = logging.getLogger("rtax.pool")
+log = logging.getLogger(__name__)
 
 #: The prefix of the run id a pooled environment is labelled with while no rollout owns it.
 POOL_RUN_PREFIX = "pool-"
 
 
-@dataclass(frozen=True)
-class PoolSettings:
-    """A pool's shape (docs/configuration.md#warm-pools); every bound is checked here."""
-
-    #: environments kept ready
-    size: int
-    #: creates in flight at most while refilling (1 .. size)
-    refill_concurrency: int = 1
-    #: an environment older than this (from its create request) is replaced; its expiry
-    #: label covers this wait and one rollout
-    max_idle_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if not _whole(self.size) or self.size < 1:
-            raise ValueError(f"size must be a whole number >= 1, got {self.size!r}")
-        if not _whole(self.refill_concurrency) or not 1 <= self.refill_concurrency <= self.size:
-            raise ValueError(
-                f"refill_concurrency must be a whole number from 1 to size ({self.size}), got "
-                f"{self.refill_concurrency!r} (no more creates can be in flight than slots)"
-            )
-        idle = self.max_idle_s
-        if isinstance(idle, bool) or not isinstance(idle, int | float) or not 0 < idle < 1e9:
-            raise ValueError(f"max_idle must be a positive number of seconds, got {idle!r}")
-
-    def describe(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-class _Closed(SubstrateError):
+class _Closed(Cancelled):
     """The pool was closed while a claim waited or an environment was being made."""
-
-    error_class = "cancelled"
 
 
 @dataclass
@@ -125,8 +85,8 @@ class WarmPool:
     contract suite see the wrapped substrate), plus `claim` (`rtax.substrates.base.Claims`).
     `rollout_lifetime_s`: how long a rollout may use an environment (its deadline and
     cleanup), written with `max_idle_s` into each environment's expiry. The timeouts and the
-    ready interval are the probe runner's (`rtax.probe.ProbeOptions`), so that the pool makes
-    an environment exactly as a cold rollout does."""
+    ready interval are the probe runner's (`rtax.rollouts.rollout.RolloutOptions`), so that the pool
+    makes an environment exactly as a cold rollout does."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ snapshot map) in one place; `sandboxes`, `toolbox` and `server` use them.
 
 from __future__ import annotations
 
-from rtax.image import RUNNER_IMAGE
+from rtax.assets.image import RUNNER_IMAGE
 
 #: The organization every emulated sandbox belongs to (the socket.io room events go to).
 ORGANIZATION_ID = "rtax-emulated-organization"

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.core.failures import SubstrateError
 from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.daytona.api import ORGANIZATION_ID, HttpError
 from rtax.emulation.faults import Fault, Faults
-from rtax.substrates.base import Environment, SubstrateError, clock
+from rtax.substrates.base import Environment, clock
 
 BACKING_NAME = "daytona-emulation"
 
@@ -75,8 +76,8 @@ class Sandboxes:
 
     def start(self) -> None:
         """Reap dead runs' backing containers (a live process's are kept); start the pool."""
-        from rtax import reaper
-        from rtax.substrates.docker import DockerSubstrate
+        from rtax.substrates import reaper
+        from rtax.substrates.docker.substrate import DockerSubstrate
 
         self.backing = DockerSubstrate(name=BACKING_NAME, image=self.image)
         reaper.reap([self.backing])
@@ -227,7 +228,7 @@ class Sandboxes:
                 self.transition(sandbox, "error")
                 return
             try:
-                from rtax.substrates.docker import DockerSubstrate
+                from rtax.substrates.docker.substrate import DockerSubstrate
 
                 backing = self.backing
                 if sandbox.image != self.image:

@@ -16,12 +16,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rtax.assets.image import RUNNER_IMAGE
 from rtax.emulation import LoopbackServer, identified
 from rtax.emulation.daytona.api import BACKGROUND, OPERATIONS, ORGANIZATION_ID, ROUTES, HttpError
 from rtax.emulation.daytona.sandboxes import Sandbox, Sandboxes
 from rtax.emulation.daytona.toolbox import Answer, Toolbox
 from rtax.emulation.faults import Faults
-from rtax.image import RUNNER_IMAGE
 from rtax.substrates.base import clock
 
 
@@ -131,7 +131,7 @@ class DaytonaEmulation(LoopbackServer):
         self._started = False
 
     def substrate_params(self) -> dict[str, Any]:
-        from rtax.substrates.docker import DockerSubstrate
+        from rtax.substrates.docker.substrate import DockerSubstrate
 
         return {
             "api_url": f"{self.url}/api",

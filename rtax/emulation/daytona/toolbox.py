@@ -5,7 +5,7 @@ daemon's do. ``POST /process/execute``: the command split by the daemon's own qu
 splitter (`parse_command`), run without a shell, stdout and stderr combined into ``result``,
 killed at ``timeout`` seconds with HTTP 408. Sessions: create, get, list, delete, ``exec``
 (sync and ``runAsync``), command status and command logs with separate stdout and stderr.
-Session commands run in a subshell of one persistent bash (`rtax.substrates.docker_session`), so
+Session commands run in a subshell of one persistent bash (`rtax.substrates.docker.session`), so
 ``cd`` does not carry over as it would in Daytona's; the daemon's 50 ms exit-code polling in
 sessions is not modelled.
 """
@@ -18,9 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtax.core.failures import CommandTimeout, SubstrateError
 from rtax.emulation.daytona.api import HttpError
 from rtax.emulation.daytona.sandboxes import Sandbox, Sandboxes
-from rtax.substrates.base import CommandTimeout, SubstrateError
 
 #: The daemon runs process.execute without a timeout when none is given; the emulation bounds it.
 NO_TIMEOUT_S = 3600.0
@@ -64,7 +64,7 @@ class Command:
 
 @dataclass
 class Session:
-    shell: Any  # rtax.substrates.docker_session.ShellSession
+    shell: Any  # rtax.substrates.docker.session.ShellSession
     commands: dict[str, Command] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -99,7 +99,7 @@ class Toolbox:
         return 200, {"exitCode": result.exit_code, "result": result.stdout + result.stderr}
 
     def session_create(self, path: dict, query: dict, body: dict) -> Answer:
-        from rtax.substrates.docker_session import ShellSession
+        from rtax.substrates.docker.session import ShellSession
 
         sandbox = self.sandboxes.running(path["sid"])
         session_id = body.get("sessionId")

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.core.failures import SubstrateError
 from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.faults import Fault, Faults
-from rtax.substrates.base import Environment, SubstrateError
-from rtax.substrates.docker import DockerSubstrate
+from rtax.substrates.base import Environment
+from rtax.substrates.docker.substrate import DockerSubstrate
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Fleet:
 
     def start(self) -> None:
         """Reap the containers of dead emulations (a live one's are kept)."""
-        from rtax import reaper
+        from rtax.substrates import reaper
 
         reaper.reap([self.backing])
         self._stopping = False

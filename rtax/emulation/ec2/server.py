@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
+from rtax.assets.image import RUNNER_IMAGE
 from rtax.emulation import LoopbackServer
 from rtax.emulation.ec2.api import (
     BACKGROUND,
@@ -31,7 +32,6 @@ from rtax.emulation.ec2.instances import Fleet
 from rtax.emulation.ec2.moto import Moto
 from rtax.emulation.ec2.ssm import RunCommand
 from rtax.emulation.faults import Faults
-from rtax.image import RUNNER_IMAGE
 from rtax.substrates.emulated import EMULATION_HEADER
 
 _INSTANCE_ID = re.compile(r"<instanceId>(i-[0-9a-f]+)</instanceId>")

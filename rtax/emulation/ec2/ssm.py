@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rtax.core.failures import CommandTimeout, EnvironmentLost, SubstrateError
 from rtax.emulation.ec2.api import (
     ACCOUNT,
     INSTANCE_PROFILE,
@@ -32,7 +33,7 @@ from rtax.emulation.ec2.api import (
     ssm_error,
 )
 from rtax.emulation.ec2.instances import Fleet
-from rtax.substrates.base import CommandTimeout, EnvironmentLost, SubstrateError, clock
+from rtax.substrates.base import clock
 
 
 @dataclass

@@ -32,7 +32,7 @@ the core/v1 API that a rollout uses, as the real API server and kubelet answer t
 Not modelled: other resources, stdin/tty and resize in exec, the old ``channel.k8s.io``
 protocol, scheduling constraints (nodeSelector and runtimeClassName are stored, never enforced),
 restarts, image pulls, admission, and output streaming (an exec's output is sent when the command
-ends). Every pod runs in a container of `rtax.substrates.docker.DockerSubstrate` named
+ends). Every pod runs in a container of `rtax.substrates.docker.substrate.DockerSubstrate` named
 ``kubernetes-emulation``, so commands really run and the reaper can find orphans.
 
 Faults are planted in ``faults``, the vocabulary every emulation shares (`rtax.emulation.faults`,
@@ -44,16 +44,16 @@ unscheduled until cleared (an orchestration that never ends). `stop()` waits for
 background work and removes every container the emulation made, including those whose pods
 were deleted and are still being removed.
 
-Where each part lives: `api` (the API server's rules: errors, validation, selectors), `store`
+Where each part lives: `api` (the API server's rules: errors, validation, selectors), `etcd`
 (objects, resourceVersion, watch), `kubelet` (each pod's life on Docker), `exec` (the WebSocket
 exec channel) and `server` (`KubernetesEmulation`: routes, where faults are matched, start
 and stop).
 """
 
 from rtax.emulation.kubernetes.api import field_matcher, label_matcher, status_body
+from rtax.emulation.kubernetes.etcd import HISTORY
 from rtax.emulation.kubernetes.kubelet import BACKING_NAME, NODE_NAME
 from rtax.emulation.kubernetes.server import BACKGROUND, OPERATIONS, KubernetesEmulation
-from rtax.emulation.kubernetes.store import HISTORY
 
 __all__ = [
     "BACKGROUND",

@@ -4,7 +4,7 @@ Why: these are the API server's own rules (k8s.io/apimachinery and the pod strat
 newcomer checking the emulation against a real cluster should find them in one place, as pure
 functions: the v1 ``Status`` body of every error, metav1.Time, pod validation (422 ``Invalid``),
 ``labelSelector``/``fieldSelector`` matching, boolean query parameters, a deletion's grace period
-and a pod's QoS class. The stateful parts use them: `store` (watch errors), `server` (routes) and
+and a pod's QoS class. The stateful parts use them: `etcd` (watch errors), `server` (routes) and
 `kubelet` (timestamps).
 """
 

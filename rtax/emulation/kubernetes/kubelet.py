@@ -4,9 +4,10 @@ Why (docs/emulations.md): a rollout's commands must really run, and the client m
 go through the phases, conditions, container statuses and events a real node reports (Pending ->
 scheduled, image checked, container created, started -> Running; ``ErrImagePull`` then
 ``ImagePullBackOff`` for an image the Docker engine lacks). The work runs on a thread pool, apart
-from the API server's loop, and changes the pod only through `Store`, as a kubelet changes it
-only through the API. Every backing container is one of `rtax.substrates.docker.DockerSubstrate`
-named ``kubernetes-emulation``, so the reaper can find the orphans of a dead process.
+from the API server's loop, and changes the pod only through `Etcd`, as a kubelet changes it
+only through the API. Every backing container is one of
+`rtax.substrates.docker.substrate.DockerSubstrate` named ``kubernetes-emulation``, so the reaper can
+find the orphans of a dead process.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from rtax.emulation.backing import remove as remove_backing
 from rtax.emulation.faults import Faults
 from rtax.emulation.kubernetes.api import timestamp
-from rtax.emulation.kubernetes.store import Store
+from rtax.emulation.kubernetes.etcd import Etcd
 
 #: What the emulation's backing containers are labelled with (rtax.substrate=...).
 BACKING_NAME = "kubernetes-emulation"
@@ -34,7 +35,7 @@ class Kubelet:
     removes the backing containers), `faults` the emulation's (its ``schedule`` operation).
     `start` before the first pod, `stop` to remove them all."""
 
-    def __init__(self, state: Store, image: str, backoff_after_s: float, faults: Faults) -> None:
+    def __init__(self, state: Etcd, image: str, backoff_after_s: float, faults: Faults) -> None:
         self.state = state
         self.faults = faults
         self.image = image
@@ -80,7 +81,7 @@ class Kubelet:
     # -- backing containers (the kubelet's runtime) ------------------------------------------------
 
     def docker(self, image: str, cpus: float | None = 1.0, memory: int | None = None) -> Any:
-        from rtax.substrates.docker import DockerSubstrate
+        from rtax.substrates.docker.substrate import DockerSubstrate
 
         key = f"{image}|{cpus}|{memory}"
         with self._lock:

@@ -2,7 +2,7 @@
 
 Why (docs/emulations.md): this is the one object a test or ``rtax emulate`` holds. It answers
 the core/v1 requests a rollout makes (version, pods: create, get, list, watch, delete; events:
-list, watch; exec) as the real API server does, using `api` for the rules, `store` for the
+list, watch; exec) as the real API server does, using `api` for the rules, `etcd` for the
 objects and watches, `kubelet` for the pods' containers and `exec` for the exec channel; and it
 answers the faults a test plants in ``faults`` (`rtax.emulation.faults`) as a real cluster
 shows them (errors with the v1 ``Status``, lost answers, a held scheduler).
@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from rtax.assets.image import RUNNER_IMAGE
 from rtax.emulation import LoopbackServer, identified
 from rtax.emulation.faults import Fault, Faults
 from rtax.emulation.kubernetes.api import (
@@ -34,10 +35,9 @@ from rtax.emulation.kubernetes.api import (
     timestamp,
     validate_pod,
 )
+from rtax.emulation.kubernetes.etcd import Etcd, with_kind
 from rtax.emulation.kubernetes.exec import refuse, run_exec
 from rtax.emulation.kubernetes.kubelet import Kubelet
-from rtax.emulation.kubernetes.store import Store, with_kind
-from rtax.image import RUNNER_IMAGE
 
 #: The operations a fault can be planted on (`rtax.emulation.faults`).
 OPERATIONS = {
@@ -76,7 +76,7 @@ class KubernetesEmulation(LoopbackServer):
         self.port = port
         self.namespaces = set(namespaces)
         self.token = token
-        self.state = Store()
+        self.state = Etcd()
         #: what the API does next instead of its normal course (`rtax.emulation.faults`)
         self.faults = Faults(OPERATIONS, BACKGROUND)
         self.kubelet = Kubelet(self.state, image, backoff_after_s, self.faults)
@@ -92,7 +92,7 @@ class KubernetesEmulation(LoopbackServer):
         """Reap the backing containers of a dead process, then serve; return once serving."""
         import uvicorn
 
-        from rtax import reaper
+        from rtax.substrates import reaper
 
         if self._thread is not None:
             return

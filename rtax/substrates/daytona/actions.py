@@ -18,8 +18,9 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from rtax.core.failures import ExecError
 from rtax.substrates import kit
-from rtax.substrates.base import CommandResult, Environment, ExecError, clock
+from rtax.substrates.base import CommandResult, Environment, clock
 
 #: `call(what, fn, within_s)`: `fn()` under the substrate's rate-limit policy, for this env.
 Call = Callable[[str, Callable[[], Any], float], Any]

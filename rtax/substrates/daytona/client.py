@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rtax.record import library_versions
+from rtax.core.provenance import library_versions
 from rtax.substrates import kit
 from rtax.substrates.emulated import EmulationWatch
 

@@ -20,23 +20,25 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rtax import redaction
-from rtax.substrates import kit
-from rtax.substrates.base import (
-    FIDELITIES,
+from rtax.core import redaction
+from rtax.core.failures import (
     CleanupFailed,
-    CommandResult,
     CommandTimeout,
     CreateFailed,
     CreateTimeout,
-    Environment,
     EnvironmentLost,
     ExecError,
-    Leftover,
     RateLimited,
-    RateLimitWait,
     ReadyTimeout,
     SubstrateError,
+)
+from rtax.substrates import kit
+from rtax.substrates.base import (
+    FIDELITIES,
+    CommandResult,
+    Environment,
+    Leftover,
+    RateLimitWait,
     clock,
     redact,
     redacting,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from rtax import redaction
+from rtax.core import redaction
 from rtax.substrates import kit
 from rtax.substrates.base import RateLimitWait
 from rtax.substrates.emulated import EmulationWatch

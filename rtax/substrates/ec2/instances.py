@@ -14,17 +14,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from rtax.core.failures import CleanupFailed, EnvironmentLost, RateLimited, SubstrateError
 from rtax.substrates import kit
-from rtax.substrates.base import (
-    CleanupFailed,
-    Environment,
-    EnvironmentLost,
-    Leftover,
-    RateLimited,
-    RateLimitWait,
-    SubstrateError,
-    clock,
-)
+from rtax.substrates.base import Environment, Leftover, RateLimitWait, clock
 from rtax.substrates.ec2.api import (
     THROTTLE_CODES,
     Aws,

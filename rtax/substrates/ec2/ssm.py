@@ -15,14 +15,9 @@ import math
 import re
 from typing import Any
 
+from rtax.core.failures import CommandTimeout, ExecError
 from rtax.substrates import kit
-from rtax.substrates.base import (
-    CommandResult,
-    CommandTimeout,
-    Environment,
-    ExecError,
-    clock,
-)
+from rtax.substrates.base import CommandResult, Environment, clock
 from rtax.substrates.ec2.api import Aws, botocore_errors, code
 from rtax.substrates.ec2.instances import Instances
 

@@ -14,18 +14,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from rtax.core.failures import CreateFailed, CreateTimeout, ExecError, ReadyTimeout, SubstrateError
 from rtax.substrates import kit
 from rtax.substrates.base import (
     FIDELITIES,
     CommandResult,
-    CreateFailed,
-    CreateTimeout,
     Environment,
-    ExecError,
     Leftover,
     RateLimitWait,
-    ReadyTimeout,
-    SubstrateError,
     clock,
     redacting,
 )
@@ -119,23 +115,27 @@ class Ec2Substrate:
         self.state_poll_interval_s = state_poll_interval_s
         self.agent_wait_s = agent_wait_s
         self.command_grace_s = command_grace_s
+        self._connect()
+
+    def _connect(self) -> None:
+        """The clients (boto3's EC2 and SSM), the instances and the commands they run."""
         self.aws = Aws(
-            fidelity=fidelity,
-            region=region,
-            profile=profile,
-            endpoint=endpoint,
-            api_timeout_s=api_timeout_s,
+            fidelity=self._fidelity,
+            region=self.region,
+            profile=self.profile,
+            endpoint=self.endpoint,
+            api_timeout_s=self.api_timeout_s,
             rate_limit=self.rate_limit,
         )
         self.ec2, self.ssm = self.aws.ec2, self.aws.ssm
-        self.instances = inst.Instances(self.aws, name, state_poll_interval_s)
+        self.instances = inst.Instances(self.aws, self.name, self.state_poll_interval_s)
         self.commands = Commands(
             self.aws,
             self.instances,
-            workdir=workdir,
-            interval_s=poll_interval_s,
-            state_interval_s=state_poll_interval_s,
-            grace_s=command_grace_s,
+            workdir=self.workdir,
+            interval_s=self.poll_interval_s,
+            state_interval_s=self.state_poll_interval_s,
+            grace_s=self.command_grace_s,
         )
 
     @property

@@ -15,8 +15,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from rtax.core.failures import RateLimited, SubstrateError
 from rtax.substrates import kit
-from rtax.substrates.base import RateLimited, RateLimitWait, SubstrateError, clock
+from rtax.substrates.base import RateLimitWait, clock
 
 
 def k8s() -> Any:

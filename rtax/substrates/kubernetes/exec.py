@@ -18,17 +18,15 @@ import re
 import threading
 from typing import Any
 
-from rtax.substrates import kit
-from rtax.substrates.base import (
-    CommandResult,
+from rtax.core.failures import (
     CommandTimeout,
-    Environment,
     EnvironmentLost,
     ExecError,
     RateLimited,
     SubstrateError,
-    clock,
 )
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, clock
 from rtax.substrates.kubernetes.client import Api, k8s, reason
 from rtax.substrates.kubernetes.pod import CONTAINER
 

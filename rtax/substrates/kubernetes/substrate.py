@@ -14,18 +14,16 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from rtax import redaction
-from rtax.image import RUNNER_IMAGE
+from rtax.assets.image import RUNNER_IMAGE
+from rtax.core import redaction
+from rtax.core.failures import CreateFailed, CreateTimeout, SubstrateError
 from rtax.substrates import kit
 from rtax.substrates.base import (
     FIDELITIES,
     CommandResult,
-    CreateFailed,
-    CreateTimeout,
     Environment,
     Leftover,
     RateLimitWait,
-    SubstrateError,
     redacting,
 )
 from rtax.substrates.emulated import EmulationWatch

@@ -16,15 +16,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from rtax.substrates.base import (
+from rtax.core.failures import (
     CleanupFailed,
     CreateFailed,
-    Environment,
     EnvironmentLost,
     ReadyTimeout,
     SubstrateError,
-    clock,
 )
+from rtax.substrates.base import Environment, clock
 from rtax.substrates.kubernetes.client import (
     Api,
     Expired,

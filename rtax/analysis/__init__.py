@@ -1,0 +1,2 @@
+"""Pure functions of samples: statistics, sketches, summaries, change points, incidents, status, the
+timeline, load-run figures and the envelope."""

@@ -1,0 +1,2 @@
+"""The fleet models: worker-hour projection, step time, the warm-pool model, pricing, and the
+study's published figures."""

@@ -1,0 +1,167 @@
+"""The warm-pool model: claim latency of a pool of K ready environments, pure and seeded.
+
+Why a model (docs/measurement.md#warm-pool-model): a warm pool cuts the latency of getting an
+environment from a cold start to a claim, but only while it holds a ready environment; a burst
+larger than the pool drains it, and the claims beyond it wait for refills. How long they wait
+depends on the cold-start distribution, the pool size, how many refills run at once and the
+shape of the load. The model predicts that from rtax's own measured cold starts, so a planner can
+size a pool before building it, and the prediction can be checked against a real pool (the docker
+pool under a burst, `make bench`).
+
+The semantics, which a real pool must share for the two to be compared:
+
+- **Start.** At t = 0 the pool holds `pool_size` (K) ready environments.
+- **A claim** arriving at time a takes one ready environment if there is one; its latency is the
+  claim cost (`claim_s`, the measured hand-over of a ready environment, 0 by default).
+- **Every claim asks for one replacement at its arrival**, whether it found an environment or
+  not: the pool's target is K ready environments beyond the claims it has served, so ready +
+  being created + queued for creation = K + claims waiting, at every moment. A replacement is
+  created in the background.
+- **Refill concurrency** R: at most R environments are being created at once; requests beyond R
+  wait in FIFO order and start when a creation ends. Each creation takes one cold-start sample,
+  drawn with replacement from `cold_s` (the time from the create request to the environment's
+  first command, ``time_to_first_command``).
+- **An empty pool**: the claimer never starts a cold create of its own; it waits, in FIFO order
+  of arrival, for the next environment that becomes ready (whichever request it came from: the
+  earliest in-flight refill to finish). Its latency is that wait plus the claim cost.
+
+Under FIFO on both sides the i-th claim (in arrival order) gets the i-th environment to become
+ready (the K initial ones first), at max(a_i, ready_i). Worked by hand: constant cold time c,
+K ready, N > K claims at t = 0 and R = 1: the k-th claim beyond K waits k × c; with R ≥ N - K
+each of them waits c.
+
+Percentiles pool the claims of every repeat (one distribution of a claim's latency) and use the
+one definition of rtax.analysis.stats (linear interpolation). `drain_probability` is the share of
+repeats in which at least one claim waited.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rtax.core.checks import is_whole
+
+#: The load shapes (the same names as `rtax burst`'s plans).
+SHAPES = ("sequential", "staggered", "burst")
+
+
+@dataclass(frozen=True)
+class PoolPrediction:
+    """Claim latency (seconds) over every simulated claim, and how often the pool ran dry."""
+
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    #: the share of repeats in which at least one claim found the pool empty and waited
+    drain_probability: float
+    #: mean wait for an environment over every claim (claims that waited none count as 0)
+    mean_wait_s: float
+    #: claims simulated: len(arrivals) x repeats
+    n: int
+
+
+def arrivals(shape: str, n: int, every_s: float = 0.0) -> list[float]:
+    """Claim times (seconds from the first) of `n` claims of a load shape.
+
+    - ``burst``: all n at t = 0 (`every_s` is ignored);
+    - ``staggered``: one every `every_s` seconds (N launches every M ms: every_s = M / 1000);
+    - ``sequential``: one at a time, each when the previous rollout ended: pass the time one
+      rollout holds its environment (e.g. its mean episode) as `every_s`. The model does not
+      feed a claim's own wait back into the next arrival.
+    """
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {shape!r}")
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    if shape == "burst":
+        return [0.0] * n
+    if not math.isfinite(every_s) or every_s < 0 or (shape == "sequential" and every_s <= 0):
+        raise ValueError(f"every_s must be a finite number of seconds > 0 for {shape}")
+    return [i * every_s for i in range(n)]
+
+
+def _samples(values: Sequence[float] | float, name: str) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(values, dtype=float))
+    if arr.size == 0:
+        raise ValueError(f"{name} needs at least one sample")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must be finite seconds >= 0")
+    return arr
+
+
+def _ready_times(requests: np.ndarray, creations: np.ndarray, concurrency: int) -> np.ndarray:
+    """When each refill (requested at `requests`, sorted, taking `creations`) is ready: a FIFO
+    queue in front of `concurrency` creators."""
+    if concurrency >= len(requests):
+        return requests + creations
+    free = [0.0] * concurrency  # when each creator is next free
+    ready = np.empty_like(requests)
+    for i, (asked, took) in enumerate(zip(requests, creations, strict=True)):
+        start = max(asked, heapq.heappop(free))
+        ready[i] = start + took
+        heapq.heappush(free, ready[i])
+    return ready
+
+
+def waits(
+    cold_s: Sequence[float], arrivals_s: Sequence[float], pool_size: int, refill_concurrency: int
+) -> np.ndarray:
+    """The wait of each claim (in sorted arrival order) for one run of the pool, with the cold
+    times `cold_s` taken in order by the refills (one per claim, in arrival order): the
+    deterministic core of `simulate`, which draws `cold_s` from the measured samples."""
+    times = np.sort(np.asarray(arrivals_s, dtype=float))
+    creations = np.asarray(cold_s, dtype=float)
+    if len(creations) != len(times):
+        raise ValueError("one cold time per claim")
+    ready = _ready_times(times, creations, refill_concurrency)
+    supply = np.sort(np.concatenate([np.zeros(pool_size), ready]))
+    return np.maximum(times, supply[: len(times)]) - times
+
+
+def simulate(
+    cold_s: Sequence[float],
+    arrivals_s: Sequence[float],
+    pool_size: int,
+    refill_concurrency: int,
+    *,
+    claim_s: Sequence[float] | float = 0.0,
+    repeats: int = 200,
+    seed: int = 0,
+) -> PoolPrediction:
+    """Claim latency percentiles and the chance of draining for a pool of `pool_size` ready
+    environments, refilled `refill_concurrency` at a time, under claims at `arrivals_s` (see
+    the module docstring for the semantics). Cold times (and claim costs, if a list) are drawn
+    with replacement from the measured samples with a seeded generator, `repeats` times."""
+    cold = _samples(cold_s, "cold_s")
+    claim = _samples(claim_s, "claim_s")
+    times = np.asarray(arrivals_s, dtype=float)
+    if times.size == 0:
+        raise ValueError("arrivals_s needs at least one claim")
+    if not np.all(np.isfinite(times)) or np.any(times < 0):
+        raise ValueError("arrivals_s must be finite seconds >= 0")
+    if not is_whole(pool_size, low=0):
+        raise ValueError("pool_size must be a whole number >= 0")
+    if not is_whole(refill_concurrency, low=1):
+        raise ValueError("refill_concurrency must be a whole number >= 1")
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    rng = np.random.default_rng(seed)
+    n = times.size
+    every_wait = np.empty((repeats, n))
+    for r in range(repeats):
+        every_wait[r] = waits(rng.choice(cold, n), times, pool_size, refill_concurrency)
+    latency = every_wait + rng.choice(claim, (repeats, n))
+    p50, p95, p99 = np.percentile(latency, (50, 95, 99))
+    return PoolPrediction(
+        float(p50),
+        float(p95),
+        float(p99),
+        float(np.mean(np.any(every_wait > 0, axis=1))),
+        float(every_wait.mean()),
+        int(latency.size),
+    )

@@ -1,0 +1,2 @@
+"""`rtax schedule`: the `Scheduler`, its budgets, lock and stopping, the detection pass, alerts, the
+Prometheus exporter and the health check."""

@@ -1,0 +1,360 @@
+"""The `docker` substrate: one container per rollout, through the Docker Engine API.
+
+Why these choices (docs/substrates/docker.md):
+
+- The low-level `docker.APIClient`, one HTTP call per step, so that a phase is the engine's
+  time and not the SDK's extra inspections.
+- Two action modes (`runs.mode`): ``exec``, one Docker exec per action (what most harnesses
+  do), and ``session``, one persistent shell per container (`rtax.substrates.docker.session`).
+- A command's timeout is enforced inside the container (`kit.timeout_argv`), so a hung action
+  stops where it runs; the API call's own timeout is only a backstop.
+- The engine is a local socket with no rate limit: nothing is retried; a 429 (a registry that
+  throttles a pull) is ``rate_limited`` at once.
+- gVisor is the same kind with ``runtime="runsc"`` (the built-in ``docker-gvisor`` name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from functools import cached_property
+from importlib import metadata
+from typing import Any
+
+from rtax.assets.image import RUNNER_IMAGE
+from rtax.core.failures import (
+    CleanupFailed,
+    CreateFailed,
+    CreateTimeout,
+    EnvironmentLost,
+    ExecError,
+    RateLimited,
+    ReadyTimeout,
+)
+from rtax.substrates import kit
+from rtax.substrates.base import CommandResult, Environment, Leftover, clock
+from rtax.substrates.docker import daemon
+
+MODES = ("exec", "session")
+#: The engine is a local socket with no rate limit and an inspect costs about a millisecond of
+#: its time, so state is polled every 10 ms: a resolution well under 5 % of a container start
+#: (docs/measurement.md#resolution). Both polls usually succeed at once (start and forced removal
+#: mostly finish before they answer), and then the resolution is 0.
+POLL_INTERVAL_S = 0.01
+#: Margin of an exec's API call past the command's timeout (`kit.call_timeout`).
+EXEC_MARGIN_S = 30.0
+
+
+def _docker() -> Any:
+    import docker  # imported on first use: the registry stays cheap for other substrates
+
+    return docker
+
+
+class DockerSubstrate:
+    """Containers from `image`, one per rollout, with CPU/memory limits, network and runtime.
+    `host_address` (where containers reach this host) defaults to the network's gateway."""
+
+    kind = "docker"
+    fidelity = "real"
+
+    def __init__(
+        self,
+        name: str = "docker",
+        image: str = RUNNER_IMAGE,
+        runtime: str | None = None,
+        cpus: float | None = 1.0,
+        memory: str | None = "1g",
+        network: str = "bridge",
+        mode: str = "exec",
+        base_url: str | None = None,
+        host_address: str | None = None,
+        api_timeout_s: float = 3600.0,
+        create_timeout_s: float = 120.0,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.name = name
+        self.image = image
+        self.runtime = runtime
+        self.cpus = cpus
+        self.memory = memory
+        self.network = network
+        self.mode = mode
+        self.base_url = base_url
+        if host_address is not None:
+            self.host_address = host_address  # configured: the gateway is not asked
+        self.api = daemon.engine_client(base_url, api_timeout_s)
+        self.create_timeout_s = create_timeout_s
+        self._engine_info: dict[str, Any] | None = None
+        self._runtime_provenance: dict[str, Any] | None = None
+
+    @cached_property
+    def host_address(self) -> str:
+        """Where a container reaches this host: the network's gateway, asked once."""
+        return daemon.gateway_address(self.api, self.network)
+
+    # -- life of one environment ------------------------------------------------------------
+
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
+        errors = _docker().errors
+        host_config = self.api.create_host_config(
+            nano_cpus=int(self.cpus * 1e9) if self.cpus else None,
+            mem_limit=self.memory,
+            network_mode=self.network,
+            init=True,  # PID 1 reaps what timed-out commands leave behind
+            runtime=self.runtime,  # (create_container's own `runtime` is not sent by the SDK)
+        )
+        name = f"rtax-{run_id}"
+        try:
+            with self._call_timeout(self.create_timeout_s):
+                created = self.api.create_container(
+                    self.image,
+                    command=["sleep", "infinity"],
+                    labels=kit.labels(run_id, self.name, lifetime_s),
+                    host_config=host_config,
+                    working_dir="/work",
+                    name=name,
+                    # the allow-list, and not the client config's proxies (which may carry
+                    # credentials): execs inherit exactly this
+                    environment=kit.command_env(),
+                    use_config_proxy=False,
+                )
+        except errors.ImageNotFound as exc:
+            raise CreateFailed(f"image {self.image} not found (run: rtax image build)") from exc
+        except BaseException as exc:
+            # The engine may have made the container before the answer was lost or turned
+            # into an error (a transport timeout, a 500 after the create, Ctrl-C): remove it by
+            # its name, so that nothing outlives the rollout. A 4xx refused it: nothing to do
+            # (and a 409 names a container that is not this request's).
+            api_error = isinstance(exc, errors.APIError)
+            if not (api_error and (getattr(exc, "status_code", None) or 500) < 500):
+                self._remove_quietly(name)
+            if isinstance(exc, errors.APIError):
+                raise _classify(exc, CreateFailed) from exc
+            if isinstance(exc, _transport_errors()):
+                raise CreateTimeout(f"container create: {exc}") from exc
+            raise
+        env = Environment(env_id=created["Id"], run_id=run_id, handle={"id": created["Id"]})
+        env.mark("created")
+        return env
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        errors = _docker().errors
+        cid = env.env_id
+        try:
+            with self._call_timeout(timeout_s):
+                self.api.start(cid)
+            env.mark("started")
+
+            def running() -> bool | None:
+                state = self.api.inspect_container(cid)["State"]
+                if state.get("Status") in ("exited", "dead"):
+                    raise EnvironmentLost(f"container exited at start: {state.get('Error')}")
+                return True if state.get("Running") else None
+
+            kit.confirm_running(
+                env,
+                running,
+                interval_s=POLL_INTERVAL_S,
+                timeout_s=timeout_s,
+                not_running=lambda: ReadyTimeout(f"container not running after {timeout_s:g} s"),
+            )
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {cid[:12]} vanished at start") from exc
+        except errors.APIError as exc:
+            raise _classify(exc, CreateFailed) from exc
+        except _transport_errors() as exc:
+            raise ReadyTimeout(f"container start: {exc}") from exc
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        if self.mode == "session":
+            result = self._session(env).run(command, timeout_s)
+        else:
+            result = self._exec(env, command, timeout_s)
+        return kit.first_command(env, result)
+
+    def _exec(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        errors = _docker().errors
+        argv = kit.timeout_argv(command, timeout_s)
+        t0 = clock()
+        try:
+            with self._call_timeout(kit.call_timeout(timeout_s, EXEC_MARGIN_S)):
+                exec_id = self.api.exec_create(env.env_id, argv, workdir="/work")["Id"]
+                out, err = self.api.exec_start(exec_id, demux=True)
+                code = self.api.exec_inspect(exec_id)["ExitCode"]
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
+        except errors.APIError as exc:
+            if exc.status_code == 409:  # "container ... is not running"
+                raise EnvironmentLost(str(exc.explanation)) from exc
+            raise _classify(exc, ExecError) from exc
+        except _transport_errors() as exc:
+            raise ExecError(f"exec: {exc}") from exc
+        latency = clock() - t0
+        kit.raise_if_timed_out(code, latency, timeout_s)
+        if code is None:
+            raise ExecError("exec finished without an exit code")
+        return CommandResult(
+            code,
+            (out or b"").decode("utf-8", "replace"),
+            (err or b"").decode("utf-8", "replace"),
+            latency,
+        )
+
+    def _session(self, env: Environment) -> Any:
+        from rtax.substrates.docker.session import ShellSession
+
+        session = env.handle.get("session")
+        if session is None or session.closed:
+            session = ShellSession.open(self.api, env.env_id)
+            env.handle["session"] = session
+            env.mark("session_opened")
+        return session
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        errors = _docker().errors
+        session = env.handle.get("session") if isinstance(env.handle, dict) else None
+        if session is not None:
+            session.close()
+        try:
+            with self._call_timeout(timeout_s):
+                self.api.remove_container(env.env_id, force=True)
+        except errors.NotFound:
+            pass  # already gone: verified below
+        except errors.APIError as exc:
+            raise CleanupFailed(f"remove {env.env_id[:12]}: {exc.explanation}") from exc
+        except _transport_errors() as exc:
+            raise CleanupFailed(f"remove {env.env_id[:12]}: {exc}") from exc
+        deadline = clock() + timeout_s
+
+        def gone() -> bool | None:
+            # removal is asynchronous for a dying container: poll, bounded by the deadline
+            try:
+                with self._call_timeout(max(deadline - clock(), 1.0)):
+                    self.api.inspect_container(env.env_id)
+            except errors.NotFound:
+                return True
+            except (errors.APIError, *_transport_errors()) as exc:
+                raise CleanupFailed(f"verify removal of {env.env_id[:12]}: {exc}") from exc
+            return None
+
+        kit.confirm_removed(
+            env,
+            gone,
+            interval_s=POLL_INTERVAL_S,
+            deadline=deadline,
+            still_there=lambda: CleanupFailed(
+                f"container {env.env_id[:12]} still exists after removal"
+            ),
+        )
+
+    def leftovers(self) -> list[Leftover]:
+        # Only this substrate's own (docker and docker-gvisor share an engine).
+        wanted = [f"{key}={value}" for key, value in kit.selector(self.name).items()]
+        return [
+            kit.leftover(
+                c["Id"],
+                c.get("Labels") or {},
+                created_at=c.get("Created"),
+                detail=f"{self.name}, {c.get('State')}",
+            )
+            for c in self.api.containers(all=True, filters={"label": wanted})
+        ]
+
+    def _remove_quietly(self, ref: str) -> None:
+        """Force-remove a container by id or name, ignoring every error (best effort)."""
+        with contextlib.suppress(Exception), self._call_timeout(60):
+            self.api.remove_container(ref, force=True)
+
+    def _call_timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Bound this thread's engine calls inside to `seconds` (`daemon.call_timeout`:
+        the client is shared by threads, so nothing is set on it)."""
+        return daemon.call_timeout(seconds)
+
+    # -- around rollouts ----------------------------------------------------------------------
+
+    def prepare(self, log: Callable[[str], None]) -> None:
+        """Build the runner image when it is the one configured and it is missing or stale."""
+        if self.image == RUNNER_IMAGE:
+            from rtax.assets.image import ensure_runner
+
+            ensure_runner(log=log)
+            self.toolchain_fingerprint()
+        else:
+            try:
+                self.api.inspect_image(self.image)
+            except _docker().errors.ImageNotFound:
+                raise CreateFailed(f"image {self.image} is not on this engine") from None
+
+    def close(self) -> None:
+        """Close the engine client's connection pool."""
+        self.api.close()
+
+    def _info(self) -> dict[str, Any]:
+        """The engine's `docker info`, asked once per substrate (it names runtimes and defaults,
+        which don't change under a running probe without a daemon reload)."""
+        if self._engine_info is None:
+            self._engine_info = dict(self.api.info())
+        return self._engine_info
+
+    def runtime_provenance(self) -> dict[str, Any]:
+        """The runtime in use as the engine runs it (`daemon.runtime_provenance`), asked
+        once: it costs a `docker info` and two runsc calls."""
+        if self._runtime_provenance is None:
+            # The runtime's binary can only be asked where the engine runs: a local socket.
+            local = self.api.base_url == "http+docker://localhost"
+            self._runtime_provenance = daemon.runtime_provenance(
+                self._info(), self.runtime, daemon.run_binary if local else None
+            )
+        return self._runtime_provenance
+
+    def describe(self) -> dict[str, Any]:
+        version = self.api.version()
+        try:
+            image = self.api.inspect_image(self.image)
+            image_id, digests = image["Id"], image.get("RepoDigests") or []
+        except _docker().errors.ImageNotFound:
+            image_id, digests = None, []
+        return {
+            "kind": self.kind,
+            "endpoint": self.api.base_url,
+            "engine_version": version.get("Version"),
+            "api_version": version.get("ApiVersion"),
+            "image": self.image,
+            "image_id": image_id,
+            "image_digests": digests,
+            "toolchain": self.toolchain_fingerprint(image_id),
+            "runtime": self.runtime or str(self._info().get("DefaultRuntime") or "runc"),
+            "runtime_config": self.runtime_provenance(),
+            "cpus": self.cpus,
+            "memory": self.memory,
+            "network": self.network,
+            "mode": self.mode,
+            "client": {"docker": metadata.version("docker")},
+        }
+
+    def toolchain_fingerprint(self, image_id: str | None = None) -> dict[str, Any] | None:
+        """The image's workload toolchain (`daemon.image_toolchain`, docs/toolchain.md),
+        outside any timed phase: provenance is taken before a rollout's clock starts."""
+        if image_id is None:
+            try:
+                image_id = self.api.inspect_image(self.image)["Id"]
+            except _docker().errors.ImageNotFound:
+                return None
+        return daemon.image_toolchain(self.api, image_id)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import requests
+
+    return (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+
+
+def _classify(exc: Any, default: type[Exception]) -> Exception:
+    """Map an engine error to an rtax error class (429 -> rate_limited, else `default`)."""
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "explanation", None) or exc)
+    if status == 429 or "toomanyrequests" in message.lower():
+        return RateLimited(message)
+    return default(f"{status}: {message}")
