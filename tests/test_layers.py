@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tree import plant
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The layers, bottom first: a module may import its own layer and those before it. The same
@@ -168,16 +170,8 @@ def test_no_import_cycles() -> None:
     assert not found, "import cycles:\n" + "\n".join(found)
 
 
-def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
-
-
 def test_a_planted_upward_import_is_named_with_its_file_and_line(tmp_path: Path) -> None:
-    root = _plant(
+    root = plant(
         tmp_path,
         {
             "rtax/__init__.py": "",
@@ -195,7 +189,7 @@ def test_a_planted_upward_import_is_named_with_its_file_and_line(tmp_path: Path)
 
 
 def test_a_planted_cycle_is_named(tmp_path: Path) -> None:
-    root = _plant(
+    root = plant(
         tmp_path,
         {
             "rtax/__init__.py": "",

@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from tree import plant
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: A SQL statement in a string: upper-case keywords in statement order (prose rarely writes
@@ -112,16 +114,8 @@ def test_the_rule_covers_the_whole_tree() -> None:
     assert any(n.startswith("pages/") for n in names)
 
 
-def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
-
-
 def test_planted_sql_is_named_with_its_file_and_line(tmp_path: Path) -> None:
-    root = _plant(
+    root = plant(
         tmp_path,
         {
             "rtax/store/database.py": 'def ok(conn):\n    conn.execute("SELECT 1 FROM runs")\n',
@@ -149,7 +143,7 @@ def test_planted_sql_is_named_with_its_file_and_line(tmp_path: Path) -> None:
 
 
 def test_an_in_memory_store_and_prose_are_not_sql(tmp_path: Path) -> None:
-    root = _plant(
+    root = plant(
         tmp_path,
         {
             "rtax/emulation/kubernetes/store.py": (
