@@ -126,8 +126,3 @@ class EngineError(Exception):
     """The engine failed the rollout (docs/ray.md#failures): rtax's own trouble."""
 
     error_class = ENGINE_ERROR
-
-
-def is_own(error_class: str | None) -> bool:
-    """Whether a failure of this class is rtax's own (never the substrate's)."""
-    return error_class in OWN_ERRORS

@@ -38,10 +38,6 @@ DIMENSIONS: tuple[str, ...] = (
     "tier",
     "steps",
 )
-#: The substrate's side of a series (the pages' "series" column, `Series.name`).
-SUBSTRATE_SIDE: tuple[str, ...] = DIMENSIONS[:5]
-#: The workload's side (the pages' "workload" column, `Series.workload`).
-WORKLOAD_SIDE: tuple[str, ...] = DIMENSIONS[5:]
 
 #: A series whose fidelity was never said (a row written before it was recorded): shown as
 #: such, never silently as ``real`` (docs/measurement.md#fidelity).
@@ -104,10 +100,6 @@ class Series:
     def values(self) -> tuple[Any, ...]:
         """The dimensions' values, in `DIMENSIONS` order."""
         return astuple(self)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Dimension -> value: the store's filters for this series' runs."""
-        return dict(zip(DIMENSIONS, self.values(), strict=True))
 
     @property
     def key(self) -> str:
