@@ -153,3 +153,54 @@ def workload_name(tier: str, steps: Any) -> str:
     """`Series.workload` from its parts."""
     steps = _steps(steps)
     return tier if not steps else f"{tier} S={steps}"
+
+
+#: A selector's keys: the dimensions, each naming one value or a list of values.
+SELECTOR_KEYS: tuple[str, ...] = DIMENSIONS
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which series a maintenance window, an objective or a quorum covers: per dimension, the
+    values it allows (an empty tuple: any). ``Selector()`` covers every series.
+
+    Why one type: a maintenance window, an SLO and the CLI's ``--series`` flags name series the
+    same way, ``{substrate = ["docker", "docker-gvisor"], tier = "T0"}``, so one reader and one
+    `matches` serve them all (docs/alerts.md#selecting-series)."""
+
+    substrate: tuple[str, ...] = ()
+    mode: tuple[str, ...] = ()
+    fidelity: tuple[str, ...] = ()
+    launch_type: tuple[str, ...] = ()
+    vantage: tuple[str, ...] = ()
+    tier: tuple[str, ...] = ()
+    steps: tuple[int, ...] = ()
+
+    def matches(self, series: Series | Mapping[str, Any]) -> bool:
+        """Whether `series` (a `Series` or any row `Series.of` reads) is one of these."""
+        found = series if isinstance(series, Series) else Series.of(series)
+        return all(
+            not allowed or value in allowed
+            for allowed, value in zip(astuple(self), found.values(), strict=True)
+        )
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        """The dimensions it restricts, as JSON stores them (`from_dict` reads it back)."""
+        return {k: list(v) for k, v in zip(SELECTOR_KEYS, astuple(self), strict=True) if v}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Selector:
+        """A selector from `as_dict`'s form (a stored maintenance window); keys are trusted."""
+        values = {k: tuple(v) if isinstance(v, list | tuple) else (v,) for k, v in raw.items()}
+        if "steps" in values:
+            values["steps"] = tuple(int(s) for s in values["steps"])
+        return cls(**values)
+
+    def describe(self) -> str:
+        """``substrate docker, tier T0``; ``every series`` when it restricts nothing."""
+        parts = [
+            f"{k} {' or '.join(str(x) for x in v)}"
+            for k, v in zip(SELECTOR_KEYS, astuple(self), strict=True)
+            if v
+        ]
+        return ", ".join(parts) if parts else "every series"
