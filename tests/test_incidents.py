@@ -279,7 +279,10 @@ def test_rtax_incidents_lists_open_ones_and_with_all_resolved_ones(
     assert "local T0 S=0 exec real / time_to_first_command (slow) x2.00" in lines[1]
     assert cli.main(["incidents", "--db", str(db_path), "--all"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[1] for line in lines[1:]] == ["open", "resolved"]
+    assert [line.split()[1:3] for line in lines[1:]] == [
+        ["open", "2026-01-01T00:02:00"],
+        ["resolved:", "recovered"],
+    ]
     assert "[alert pending]" in lines[2]
 
 

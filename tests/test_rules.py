@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rtax import cli
-from rtax.analysis.changepoint import Binseg
+from rtax.analysis.changepoint import Binseg, Scan
 from rtax.analysis.rules import DEFAULT_RULES, Rule
 from rtax.core.paths import checkout_root
 from rtax.settings import config
@@ -27,7 +27,8 @@ def test_defaults_detect_changes_and_send_nothing(tmp_path: Path) -> None:
     assert conf.alerts.rules == DEFAULT_RULES
     assert conf.alerts.webhook is None and conf.alerts.webhook_env is None
     assert conf.detection.latency == Binseg() and conf.detection.window == 200
-    assert conf.detection.success == Binseg(min_sigma=0.25, robust=False)
+    assert conf.detection.success == Scan()
+    assert conf.detection.baseline_samples == 100 and conf.alerts.quorum == 2
 
 
 def test_a_full_table_is_read_back(tmp_path: Path) -> None:
@@ -37,12 +38,14 @@ def test_a_full_table_is_read_back(tmp_path: Path) -> None:
 [detection]
 interval = "30s"
 window = 100
-threshold = 2.5
+latency_threshold = 5.5
 min_segment = 4
-min_log_sigma = 0.1
-min_success_sigma = 0.3
+success_threshold = 3.5
+success_min_segment = 3
 recovery_samples = 6
+baseline_samples = 50
 [alerts]
+quorum = 3
 webhook_env = "RTAX_WEBHOOK"
 cooldown = "1h"
 timeout = "3s"
@@ -67,9 +70,10 @@ change_above = 2
 """,
     )
     d, a = conf.detection, conf.alerts
-    assert (d.interval_s, d.window, d.recovery_samples) == (30, 100, 6)
-    assert d.latency == Binseg(2.5, 4, 0.1, True)
-    assert d.success == Binseg(2.5, 4, 0.3, False)
+    assert (d.interval_s, d.window, d.recovery_samples, d.baseline_samples) == (30, 100, 6, 50)
+    assert d.latency == Binseg(threshold=5.5, min_segment=4)
+    assert d.success == Scan(threshold=3.5, min_segment=3)
+    assert a.quorum == 3
     assert (a.webhook_env, a.cooldown_s, a.timeout_s, a.backoff_s, a.max_backoff_s) == (
         "RTAX_WEBHOOK",
         3600,
@@ -96,7 +100,15 @@ def test_the_shipped_configuration_has_rules() -> None:
     [
         ("detection = 1\n", "detection"),
         ("[detection]\nwindow = 5\n", "detection.window"),
-        ("[detection]\nthreshold = -1\n", "detection.threshold"),
+        ("[detection]\nlatency_threshold = -1\n", "detection.latency_threshold"),
+        ("[detection]\nthreshold = 2.0\n", "detection.threshold"),
+        ("[detection]\nmin_log_sigma = 0.05\n", "detection.min_log_sigma"),
+        ("[detection]\nbaseline_samples = 200\n", "detection.baseline_samples"),
+        ("[alerts]\nquorum = 0\n", "alerts.quorum"),
+        (
+            "[[alerts.rules]]\nname = 'r'\nmetric = 'episode'\np95_above = '1s'\nsamples = 201\n",
+            "alerts.rules.r.samples",
+        ),
         ("[detection]\ninterval = '10ms'\n", "detection.interval"),
         ("[detection]\nmin_segment = 150\n", "detection.min_segment"),
         ("[detection]\ndrift = 0.5\n", "detection.drift"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rtax.analysis.changepoint import Binseg
+from rtax.analysis.changepoint import Binseg, Scan
 
 #: The per-series metrics a rule can watch: the two latencies (on successful rollouts), the
 #: success rate, and staleness (time since the last probe of the series).
@@ -41,11 +41,12 @@ class Rule:
         return not self.substrates or substrate in self.substrates
 
 
-#: Without an ``[alerts]`` table: changes of both latencies by 1.5x, of success by 1.25x.
+#: Without an ``[alerts]`` table: changes of both latencies by 1.3x, of success by 1.1x (e.g.
+#: 100 % -> 90 %): docs/alerts.md#evaluation measures what they catch and how often they err.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("ttfc-change", "time_to_first_command", "change_above", 1.5),
-    Rule("episode-change", "episode", "change_above", 1.5),
-    Rule("success-change", "success_rate", "change_above", 1.25),
+    Rule("ttfc-change", "time_to_first_command", "change_above", 1.3),
+    Rule("episode-change", "episode", "change_above", 1.3),
+    Rule("success-change", "success_rate", "change_above", 1.1),
 )
 
 
@@ -57,9 +58,12 @@ class Detection:
     #: the newest rollouts per series that detection reads (bounded work per run)
     window: int = 200
     latency: Binseg = field(default_factory=Binseg)
-    success: Binseg = field(default_factory=lambda: Binseg(min_sigma=0.25, robust=False))
+    success: Scan = field(default_factory=Scan)
     #: the newest samples that must be back nearer the old level for a change to resolve
     recovery_samples: int = 10
+    #: samples at the new level after which a change that has not returned is accepted as the
+    #: new baseline: its incident resolves so, and detection goes on from the new level
+    baseline_samples: int = 100
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,6 @@ class Alerts:
     backoff_s: float = 5.0
     max_backoff_s: float = 600.0
     rules: tuple[Rule, ...] = field(default=DEFAULT_RULES)
+    #: K: where two or more vantages probe one substrate, an incident seen from at least K of
+    #: them meets the quorum (docs/alerts.md#vantage-quorum)
+    quorum: int = 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from rtax.cli.alerts import cmd_detection_eval, cmd_incidents, cmd_maintenance
 from rtax.cli.commands import (
     cmd_config,
     cmd_dashboard,
@@ -19,7 +20,6 @@ from rtax.cli.commands import (
     cmd_fixtures,
     cmd_health,
     cmd_image,
-    cmd_incidents,
     cmd_reap,
     cmd_schedule,
 )
@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "burst": cmd_burst,
         "export": cmd_export,
         "incidents": cmd_incidents,
+        "maintenance": cmd_maintenance,
+        "detection-eval": cmd_detection_eval,
         "fixtures": cmd_fixtures,
         "image": cmd_image,
         "reap": cmd_reap,

@@ -1,4 +1,4 @@
-"""The commands around the rollouts: export, incidents, the image, the reaper, the
+"""The commands around the rollouts: export, the image, the reaper, the
 configuration check, the scheduler, the emulations, the dashboard, the health check and the
 fixture; each maps its flags onto one library call (docs/cli.md)."""
 
@@ -29,16 +29,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
     print(f"wrote {n} {args.table} rows to {args.out}", file=sys.stderr)
-    return 0
-
-
-def cmd_incidents(args: argparse.Namespace) -> int:
-    from rtax.analysis.incidents import listing
-    from rtax.compose import open_store
-
-    with open_store(args.db, create=False) as store:
-        frame = store.incidents.read(state=None if args.all else "open", limit=args.limit)
-    print("\n".join(listing(frame)))
     return 0
 
 

@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--db", type=Path, help="database (default data/rtax.db)")
     _rollouts(sub, conf, db)
     _data(sub, db)
+    _signals(sub, conf, db)
     _operations(sub, conf)
     return parser
 
@@ -77,6 +78,57 @@ def _data(sub: argparse._SubParsersAction, db: Parser) -> None:
     inc = sub.add_parser("incidents", parents=[db], help="list open incidents (docs/alerts.md)")
     inc.add_argument("--all", action="store_true", help="resolved ones too, newest first")
     inc.add_argument("--limit", type=number(int, low=1), default=50, help="at most this many")
+    # a subcommand's --db must not reset the one given before it (argparse's defaults would)
+    later_db = Parser(add_help=False)
+    later_db.add_argument("--db", type=Path, default=argparse.SUPPRESS, help="database")
+    moves = inc.add_subparsers(dest="incidents_command", parser_class=Parser)
+    ack = moves.add_parser("ack", parents=[later_db], help="acknowledge: someone is on it")
+    ack.add_argument("id", type=number(int, low=1), help="the incident's id")
+    ack.add_argument("--note", help="who, or what is being done")
+    res = moves.add_parser("resolve", parents=[later_db], help="resolve by hand, with a note")
+    res.add_argument("id", type=number(int, low=1), help="the incident's id")
+    res.add_argument("--note", required=True, help="why it is resolved (stored with it)")
+
+
+def _signals(sub: argparse._SubParsersAction, conf: Parser, db: Parser) -> None:
+    """Maintenance windows and the detection evaluation (docs/alerts.md)."""
+    maint = sub.add_parser("maintenance", help="maintenance windows: incidents kept, no alerts")
+    moves = maint.add_subparsers(dest="maintenance_command", required=True, parser_class=Parser)
+    add = moves.add_parser("add", parents=[conf, db], help="add a window (now, until --end)")
+    add.add_argument(
+        "--series",
+        action="append",
+        metavar="DIMENSION=VALUE[,VALUE]",
+        help="repeatable, e.g. substrate=docker tier=T0 (default: every series)",
+    )
+    add.add_argument("--start", help="ISO 8601, UTC unless it says (default: now)")
+    until = add.add_mutually_exclusive_group(required=True)
+    until.add_argument("--end", help="ISO 8601, UTC unless it says")
+    until.add_argument("--for", dest="duration", type=duration_flag, help="e.g. 2h, from --start")
+    add.add_argument("--reason", required=True, help="marks every incident inside the window")
+    listing = moves.add_parser("list", parents=[conf, db], help="current and coming windows")
+    listing.add_argument("--all", action="store_true", help="ended ones too")
+    remove = moves.add_parser("remove", parents=[conf, db], help="delete a window added here")
+    remove.add_argument("id", type=number(int, low=1), help="its id (rtax maintenance list)")
+
+    from rtax.cli.alerts import default_recording
+
+    ev = sub.add_parser(
+        "detection-eval", parents=[conf], help="replay detection over labelled and real series"
+    )
+    ev.add_argument("--series", type=Path, help="replay this CSV and list what it would open")
+    recorded = default_recording()
+    ev.add_argument(
+        "--real",
+        type=Path,
+        default=recorded if recorded.is_file() else None,
+        help="recorded series (default: benchmarks/series/recorded.csv.gz)",
+    )
+    ev.add_argument("--series-count", type=number(int, low=1), default=20, help="per family")
+    ev.add_argument("--length", type=number(int, low=300), default=5000, help="samples each")
+    ev.add_argument("--trials", type=number(int, low=1), default=200, help="per change family")
+    ev.add_argument("--seed", type=number(int, high=MAX_SEED), default=0)
+    ev.add_argument("--jobs", type=number(int, low=1), help="processes (default: every core)")
 
 
 def _operations(sub: argparse._SubParsersAction, conf: Parser) -> None:

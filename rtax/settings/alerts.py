@@ -32,63 +32,88 @@ _RULE_KEYS = frozenset({"name", "metric", "samples", "substrates", *CONDITIONS})
 _URL = re.compile(r"^https?://[^\s]+$")
 
 
+#: Keys of ``[detection]`` that no longer exist, and what to write instead.
+_GONE = {
+    "threshold": "renamed latency_threshold, and its meaning changed: the rank statistic's "
+    "threshold (5.0 by default; docs/alerts.md#detection)",
+    "min_log_sigma": "no longer used: the rank-based detector needs no noise floor "
+    "(docs/alerts.md#detection)",
+    "min_success_sigma": "no longer used: success is tested exactly (docs/alerts.md#detection)",
+}
+
+
 def parse_detection(raw: Any, bad: Bad) -> Detection:
     """The ``[detection]`` table; each mistake reported through `bad`."""
     found = Detection()
     if not isinstance(raw, dict):
         bad("detection", "must be a table")
         return found
-    known = {"interval", "window", "threshold", "min_segment", "min_log_sigma"}
-    known |= {"min_success_sigma", "recovery_samples"}
-    unknown_keys(raw, "detection", known, bad)
+    known = {"interval", "window", "latency_threshold", "min_segment", "success_threshold"}
+    known |= {"success_min_segment", "recovery_samples", "baseline_samples"}
+    for key in sorted(set(raw) & set(_GONE)):
+        bad(f"detection.{key}", _GONE[key])
+    unknown_keys(raw, "detection", known | set(_GONE), bad)
     if "interval" in raw:
         try:
             found = replace(found, interval_s=duration_at_least(raw["interval"], 1))
         except ValueError as exc:
             bad("detection.interval", str(exc))
-    ints = {"window": 20, "min_segment": 1, "recovery_samples": 1}
+    defaults = {
+        "window": (found.window, 20),
+        "min_segment": (found.latency.min_segment, 2),
+        "success_min_segment": (found.success.min_segment, 1),
+        "recovery_samples": (found.recovery_samples, 1),
+        "baseline_samples": (found.baseline_samples, 2),
+    }
     values: dict[str, Any] = {}
-    for key, least in ints.items():
-        value = raw.get(key, getattr(found, key, None) or getattr(found.latency, key))
+    for key, (default, least) in defaults.items():
+        value = raw.get(key, default)
         if not is_whole(value, low=least):
             bad(f"detection.{key}", f"must be a whole number >= {least}")
-        else:
-            values[key] = value
-    for key in ("threshold", "min_log_sigma", "min_success_sigma"):
+        values[key] = value if is_whole(value, low=least) else default
+    for key, default in (
+        ("latency_threshold", found.latency.threshold),
+        ("success_threshold", found.success.threshold),
+    ):
+        values[key] = default
         if key in raw:
             if is_positive(raw[key]):
                 values[key] = float(raw[key])
             else:
                 bad(f"detection.{key}", "must be a number > 0")
-    common = {k: values[k] for k in ("threshold", "min_segment") if k in values}
-    latency = replace(found.latency, **common)
-    success = replace(found.success, **common)
-    if "min_log_sigma" in values:
-        latency = replace(latency, min_sigma=values["min_log_sigma"])
-    if "min_success_sigma" in values:
-        success = replace(success, min_sigma=values["min_success_sigma"])
-    window = values.get("window", found.window)
-    recovery = values.get("recovery_samples", found.recovery_samples)
-    if recovery > window:
+    window = values["window"]
+    if values["recovery_samples"] > window:
         bad("detection.recovery_samples", f"must be at most the window ({window})")
-    if 2 * latency.min_segment > window:
+    if values["baseline_samples"] >= window:
+        bad("detection.baseline_samples", f"must be less than the window ({window})")
+    if 2 * values["min_segment"] > window:
         bad("detection.min_segment", f"must be at most half the window ({window})")
     return replace(
         found,
         window=window,
-        latency=latency,
-        success=success,
-        recovery_samples=recovery,
+        latency=replace(
+            found.latency, threshold=values["latency_threshold"], min_segment=values["min_segment"]
+        ),
+        success=replace(
+            found.success,
+            threshold=values["success_threshold"],
+            min_segment=values["success_min_segment"],
+        ),
+        recovery_samples=values["recovery_samples"],
+        baseline_samples=values["baseline_samples"],
     )
 
 
-def parse_alerts(raw: Any, bad: Bad, substrates: set[str]) -> Alerts:
-    """The ``[alerts]`` table and its ``[[alerts.rules]]``; each mistake through `bad`."""
+def parse_alerts(raw: Any, bad: Bad, substrates: set[str], window: int = 200) -> Alerts:
+    """The ``[alerts]`` table and its ``[[alerts.rules]]``; each mistake through `bad`.
+    `window`: the detection window, which a threshold rule's ``samples`` must fit in (a rule
+    reading more samples than a pass holds could never fire nor resolve)."""
     found = Alerts()
     if not isinstance(raw, dict):
         bad("alerts", "must be a table")
         return found
     known = {"webhook", "webhook_env", "cooldown", "timeout", "backoff", "max_backoff", "rules"}
+    known.add("quorum")
     unknown_keys(raw, "alerts", known, bad)
     webhook, env = raw.get("webhook"), raw.get("webhook_env")
     if webhook is not None and not (isinstance(webhook, str) and _URL.match(webhook)):
@@ -100,6 +125,11 @@ def parse_alerts(raw: Any, bad: Bad, substrates: set[str]) -> Alerts:
     if webhook is not None and env is not None:
         bad("alerts.webhook", "give webhook or webhook_env, not both")
     found = replace(found, webhook=webhook, webhook_env=env)
+    if "quorum" in raw:
+        if is_whole(raw["quorum"], low=1):
+            found = replace(found, quorum=raw["quorum"])
+        else:
+            bad("alerts.quorum", "must be a whole number >= 1 (vantages that must see it)")
     for key, attr in (
         ("cooldown", "cooldown_s"),
         ("timeout", "timeout_s"),
@@ -120,7 +150,7 @@ def parse_alerts(raw: Any, bad: Bad, substrates: set[str]) -> Alerts:
         return found
     rules: list[Rule] = []
     for i, entry in enumerate(entries):
-        rule = _rule(i, entry, bad, substrates)
+        rule = _rule(i, entry, bad, substrates, window)
         if rule is not None:
             if any(r.name == rule.name for r in rules):
                 bad(f"alerts.rules.{rule.name}", "defined twice")
@@ -128,7 +158,7 @@ def parse_alerts(raw: Any, bad: Bad, substrates: set[str]) -> Alerts:
     return replace(found, rules=tuple(rules))
 
 
-def _rule(i: int, entry: Any, bad: Bad, substrates: set[str]) -> Rule | None:
+def _rule(i: int, entry: Any, bad: Bad, substrates: set[str], window: int) -> Rule | None:
     key = f"alerts.rules[{i}]"
     if not isinstance(entry, dict):
         bad(key, "must be a table")
@@ -164,6 +194,12 @@ def _rule(i: int, entry: Any, bad: Bad, substrates: set[str]) -> Rule | None:
     if not is_whole(samples, low=1):
         bad(f"{key}.samples", "must be a whole number >= 1")
         samples = 20
+    elif samples > window and condition in ("p95_above", "success_below"):
+        bad(
+            f"{key}.samples",
+            f"{samples} is more than detection.window ({window}): a pass reads only the newest "
+            f"{window} rollouts, so the rule could never fire nor resolve",
+        )
     subs = names(entry.get("substrates", []))
     if subs is None:
         bad(f"{key}.substrates", "must be a list of substrate names")

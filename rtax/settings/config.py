@@ -23,11 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from rtax.analysis.envelope import Bounds
+from rtax.analysis.maintenance import Window
 from rtax.analysis.rules import Alerts, Detection
 from rtax.analysis.status import StatusRules
 from rtax.core import checks, paths
 from rtax.core.kinds import NAMED
-from rtax.settings import alerts, engine, loads, plans, prometheus, scheduler, substrates
+from rtax.settings import (
+    alerts,
+    engine,
+    loads,
+    maintenance,
+    plans,
+    prometheus,
+    scheduler,
+    substrates,
+)
 from rtax.settings import dashboard as dashboard_table
 from rtax.settings.dashboard import Dashboard
 from rtax.settings.engine import EngineSettings
@@ -41,7 +51,7 @@ DEFAULT_FILE = "rtax.toml"
 #: The top-level keys of the file: one table (or array of tables) each, plus the database.
 _KEYS = frozenset(
     {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    | {"detection", "alerts", "status", "loads", "capacity", "engine"}
+    | {"detection", "alerts", "status", "loads", "capacity", "engine", "maintenance"}
 )
 
 
@@ -82,6 +92,8 @@ class Config:
     capacity: Bounds = field(default_factory=Bounds)
     #: where rollouts run: this process's threads, or a Ray cluster (docs/ray.md)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    #: maintenance windows planned in the file (docs/alerts.md#maintenance)
+    maintenance: tuple[Window, ...] = ()
 
 
 def find(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -130,7 +142,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     metrics = prometheus.parse(raw.get("metrics", {}), bad)
     dashboard = dashboard_table.parse(raw.get("dashboard", {}), bad)
     detection = alerts.parse_detection(raw.get("detection", {}), bad)
-    alerting = alerts.parse_alerts(raw.get("alerts", {}), bad, set(subs))
+    alerting = alerts.parse_alerts(raw.get("alerts", {}), bad, set(subs), detection.window)
+    windows = maintenance.parse(raw.get("maintenance", []), bad, set(subs))
     status = alerts.parse_status(raw.get("status", {}), bad, set(subs))
 
     def has_modes(name: str) -> bool | None:
@@ -162,6 +175,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         load_plans,
         capacity,
         engine_settings,
+        windows,
     )
 
 

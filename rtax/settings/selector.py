@@ -45,10 +45,10 @@ def parse(raw: Any, key: str, bad: Bad, substrates: set[str] | None = None) -> S
     return Selector(**values)
 
 
-def parse_flags(flags: list[str], bad: Bad, substrates: set[str] | None = None) -> Selector:
-    """``--series substrate=docker --series tier=T0,T2`` as a selector: each flag one
-    dimension, values separated by commas (steps as numbers)."""
-    raw: dict[str, Any] = {}
+def flags_table(flags: list[str], bad: Bad) -> dict[str, list[Any]]:
+    """``--series substrate=docker --series tier=T0,T2`` as the table `parse` reads: each flag
+    one dimension, values separated by commas (steps as numbers)."""
+    raw: dict[str, list[Any]] = {}
     for flag in flags:
         name, sep, value = flag.partition("=")
         if not sep or not name or not value:
@@ -62,4 +62,4 @@ def parse_flags(flags: list[str], bad: Bad, substrates: set[str] | None = None) 
                 bad("--series steps", f"{value!r}: steps are whole numbers")
                 continue
         raw.setdefault(name, []).extend(items)
-    return parse(raw, "--series", bad, substrates)
+    return raw

@@ -2,8 +2,8 @@
 the spool and retention.
 
 What a user needs is here: `Store` (``store.runs``, ``store.summaries``, ``store.incidents``,
-``store.loads``, ``store.rollups``), `StoreError`, and one column list per table
-(`rtax.store.schema`), which the dashboard, the alerts and the exports read instead of
+``store.loads``, ``store.rollups``, ``store.maintenance``), `StoreError`, and one column list
+per table (`rtax.store.schema`), which the dashboard, the alerts and the exports read instead of
 listing columns again.
 """
 
@@ -13,6 +13,7 @@ from rtax.store.schema import (
     INCIDENT_COLUMNS,
     LOAD_ROLLOUT_COLUMNS,
     LOAD_RUN_COLUMNS,
+    MAINTENANCE_COLUMNS,
     OPTION_COLUMNS,
     PAGE_COLUMNS,
     ROLLUP_COLUMNS,
@@ -27,6 +28,7 @@ __all__ = [
     "INCIDENT_COLUMNS",
     "LOAD_ROLLOUT_COLUMNS",
     "LOAD_RUN_COLUMNS",
+    "MAINTENANCE_COLUMNS",
     "OPTION_COLUMNS",
     "PAGE_COLUMNS",
     "ROLLUP_COLUMNS",

@@ -16,6 +16,7 @@ object per table, each with the store's connection and transactions (sqlite-util
   (`rtax.store.incidents`).
 - ``store.loads``: one row per sequential, staggered or burst load run (`rtax.store.loads`).
 - ``store.rollups``: what retention keeps of folded history (`rtax.store.rollups`).
+- ``store.maintenance``: maintenance windows added at run time (`rtax.store.maintenance`).
 
 What spans tables is the store's own: `Store.save_rollout` (a run, its actions and its
 summaries) and `Store.fold_runs` (rollups written, their runs deleted), one transaction each.
@@ -40,6 +41,7 @@ from rtax.analysis import summaries
 from rtax.core.record import RolloutRecord
 from rtax.store.incidents import Incidents
 from rtax.store.loads import LoadRuns
+from rtax.store.maintenance import Maintenance
 from rtax.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from rtax.store.rollups import Rollups
 from rtax.store.runs import Runs
@@ -81,13 +83,14 @@ _INCREMENTAL = 2
 
 class Store:
     """One SQLite database of rtax samples, with its tables (`runs`, `summaries`,
-    `incidents`, `loads`, `rollups`). Open one per thread (sqlite's rule)."""
+    `incidents`, `loads`, `rollups`, `maintenance`). Open one per thread (sqlite's rule)."""
 
     runs: Runs
     summaries: Summaries
     incidents: Incidents
     loads: LoadRuns
     rollups: Rollups
+    maintenance: Maintenance
 
     def __init__(
         self,
@@ -158,6 +161,7 @@ class Store:
         self.incidents = Incidents(self.db, self.transaction)
         self.loads = LoadRuns(self.db, self.transaction)
         self.rollups = Rollups(self.db, self.transaction)
+        self.maintenance = Maintenance(self.db, self.transaction)
 
     @property
     def version(self) -> int:

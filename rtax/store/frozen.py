@@ -92,3 +92,12 @@ V4_ROLLUP_COLUMNS: tuple[str, ...] = (
 V10_ROLLUP_COLUMNS: tuple[str, ...] = (*V4_ROLLUP_COLUMNS, "launch_type")
 #: Frozen: the vantage `_v11` gives every run, rollup and summary made before it.
 V11_VANTAGE = "local"
+
+
+def v12_series_parts(key: str) -> tuple[str, str]:
+    """Frozen: (launch type, vantage) read back from an incident's series key as version 12
+    found it (``docker T0 S=0 exec real``, then `` <launch type>`` unless cold, then
+    `` @ <vantage>`` unless local: `rtax.core.series.Series.key` as it was then)."""
+    base, _, vantage = key.partition(" @ ")
+    tokens = base.split(" ")
+    return (tokens[5] if len(tokens) == 6 else "cold"), (vantage or "local")

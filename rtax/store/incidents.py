@@ -5,8 +5,13 @@ on its incident's row, written in the same transaction that opens or resolves it
 incident is never without its pending alert, and a restart finds every alert still to send.
 
 Alert states (``alert_open``, ``alert_resolved``): ``pending`` (to send), ``sent``,
-``suppressed`` (the cool-down), ``off`` (no webhook configured). ``alert_resolved`` is NULL
-while the incident is open.
+``suppressed`` (the cool-down), ``silenced`` (opened inside a maintenance window), ``off`` (no
+webhook configured). ``alert_resolved`` is NULL while the incident is open.
+
+The lifecycle (docs/alerts.md#lifecycle): ``state`` is ``open`` or ``resolved``; an open
+incident may be acknowledged (``acknowledged_at``, ``acknowledged_note``); a resolved one says
+why (``resolution``: ``recovered``, ``baseline``, ``manual``, ``rule_removed``), when
+(``resolved_at``) and with what ``note``.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from typing import Any
 
 import pandas as pd
 
-from rtax.core.series import DIMENSIONS
+from rtax.core.series import DIMENSIONS, MISSING
 from rtax.store.schema import INCIDENT_COLUMNS
 from rtax.store.sql import Table, insert
 
 #: The columns that make a series (`rtax.core.series.DIMENSIONS`); an incident keeps its series
 #: as `Series.key` text too.
 SERIES_COLUMNS: tuple[str, ...] = DIMENSIONS
+#: The parts of a series an incident written without them has (a cold, local one).
+MISSING_PARTS = {k: MISSING[k] for k in ("launch_type", "vantage")}
 
 
 class Incidents(Table):
@@ -38,15 +45,6 @@ class Incidents(Table):
             params.append(series)
         return self._rows(sql + " ORDER BY id", params)
 
-    def started(self, series: str, metric: str, rule: str, start: str) -> bool:
-        """Whether an incident of this series, metric and rule already began at `start` (a
-        change that resolved is not opened again while detection still sees it)."""
-        row = self._one(
-            "SELECT 1 FROM incidents WHERE series = ? AND metric = ? AND rule = ? AND start = ?",
-            [series, metric, rule, start],
-        )
-        return row is not None
-
     def last_alerted(self, series: str, metric: str, rule: str) -> str | None:
         """When the newest incident of this key that alerts (or will) opened: the cool-down's
         reference."""
@@ -59,7 +57,13 @@ class Incidents(Table):
 
     def add(self, incident: dict[str, Any]) -> int:
         """Insert an open incident (`INCIDENT_COLUMNS`); return its id."""
-        row = {**incident, "state": "open", "end": None, "alert_attempts": 0}
+        row = {
+            **MISSING_PARTS,
+            **incident,
+            "state": "open",
+            "end": None,
+            "alert_attempts": 0,
+        }
         columns = [f"[{c}]" for c in INCIDENT_COLUMNS]
         with self.transaction():
             cursor = self.db.conn.execute(
@@ -67,16 +71,60 @@ class Incidents(Table):
             )
         return int(cursor.lastrowid)
 
-    def resolve(self, incident_id: int, end: str, detail: str | None = None) -> None:
-        """Close an open incident at `end`; its resolved alert is pending when its opened one
-        was sent or still is, otherwise it shares the opened one's fate (suppressed, off)."""
+    def resolve(
+        self,
+        incident_id: int,
+        end: str,
+        resolution: str,
+        *,
+        at: str,
+        detail: str | None = None,
+        note: str | None = None,
+    ) -> bool:
+        """Close an open incident at `end` (its last sample) for `resolution`, at time `at`;
+        its resolved alert is pending when its opened one was sent or still is, otherwise it
+        shares the opened one's fate (suppressed, silenced, off). False: no such open one."""
+        with self.transaction():
+            cursor = self.db.conn.execute(
+                "UPDATE incidents SET state = 'resolved', [end] = ?, resolution = ?, "
+                "resolved_at = ?, note = coalesce(?, note), detail = coalesce(?, detail), "
+                "alert_resolved = CASE WHEN alert_open IN ('pending', 'sent') THEN 'pending' "
+                "ELSE alert_open END WHERE id = ? AND state = 'open'",
+                [end, resolution, at, note, detail, incident_id],
+            )
+        return cursor.rowcount == 1
+
+    def acknowledge(self, incident_id: int, at: str, note: str | None = None) -> bool:
+        """Mark an open incident acknowledged at `at` (someone is on it); a second
+        acknowledgement keeps the first time and takes the newer note. False: no such open
+        incident."""
+        with self.transaction():
+            cursor = self.db.conn.execute(
+                "UPDATE incidents SET acknowledged_at = coalesce(acknowledged_at, ?), "
+                "acknowledged_note = coalesce(?, acknowledged_note) "
+                "WHERE id = ? AND state = 'open'",
+                [at, note, incident_id],
+            )
+        return cursor.rowcount == 1
+
+    def get(self, incident_id: int) -> dict[str, Any] | None:
+        """One incident's row (None: no such id)."""
+        rows = self._rows("SELECT * FROM incidents WHERE id = ?", [incident_id])
+        return rows[0] if rows else None
+
+    def last_resolved(self, series: str) -> list[dict[str, Any]]:
+        """The newest resolved incident of each metric and rule of one series."""
+        return self._rows(
+            "SELECT * FROM incidents WHERE id IN (SELECT max(id) FROM incidents "
+            "WHERE series = ? AND state = 'resolved' GROUP BY metric, rule)",
+            [series],
+        )
+
+    def set_vantages(self, incident_id: int, seen: str) -> None:
+        """Record from how many vantages an incident is seen (``2 of 3: eu, us``)."""
         with self.transaction():
             self.db.conn.execute(
-                "UPDATE incidents SET state = 'resolved', [end] = ?, "
-                "detail = coalesce(?, detail), alert_resolved = CASE WHEN alert_open IN "
-                "('pending', 'sent') THEN 'pending' ELSE alert_open END "
-                "WHERE id = ? AND state = 'open'",
-                [end, detail, incident_id],
+                "UPDATE incidents SET vantages = ? WHERE id = ?", [seen, incident_id]
             )
 
     def read(self, *, state: str | None = None, limit: int | None = 50) -> pd.DataFrame:

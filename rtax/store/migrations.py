@@ -26,6 +26,7 @@ from rtax.store.frozen import (
     V5_RESOLUTION_COLUMNS,
     V10_ROLLUP_COLUMNS,
     V11_VANTAGE,
+    v12_series_parts,
 )
 from rtax.store.summaries import build as build_summaries
 
@@ -233,6 +234,44 @@ def _v11(db: sqlite_utils.Database) -> None:
     build_summaries(db)
 
 
+def _v12(db: sqlite_utils.Database) -> None:
+    """The incident lifecycle (docs/alerts.md#lifecycle) and maintenance windows: an incident
+    keeps all seven parts of its series (launch type and vantage were in its key only, read back
+    from it here), when and with what note it was acknowledged, why it was resolved
+    (``recovered``, ``baseline``: accepted as the new level, ``manual``, ``rule_removed``),
+    when and with what note, the maintenance window it opened in, and from how many vantages it
+    is seen. Windows added with ``rtax maintenance add`` are a table of their own; the
+    configuration's ``[[maintenance]]`` stay in the file."""
+    db.execute("ALTER TABLE [incidents] ADD COLUMN [launch_type] TEXT NOT NULL DEFAULT 'cold'")
+    db.execute("ALTER TABLE [incidents] ADD COLUMN [vantage] TEXT NOT NULL DEFAULT 'local'")
+    for column in (
+        "acknowledged_at",
+        "acknowledged_note",
+        "resolution",
+        "resolved_at",
+        "note",
+        "maintenance",
+        "vantages",
+    ):
+        db.execute(f"ALTER TABLE [incidents] ADD COLUMN [{column}] TEXT")
+    for incident_id, key in db.execute("SELECT id, series FROM incidents").fetchall():
+        launch_type, vantage = v12_series_parts(key)  # as Series.key wrote them
+        db.execute(
+            "UPDATE [incidents] SET launch_type = ?, vantage = ? WHERE id = ?",
+            [launch_type, vantage, incident_id],
+        )
+    db.execute(
+        "UPDATE [incidents] SET resolution = CASE WHEN detail = 'its rule was removed' "
+        "THEN 'rule_removed' ELSE 'recovered' END WHERE state = 'resolved'"
+    )
+    db.execute(
+        "CREATE TABLE [maintenance] ([id] INTEGER PRIMARY KEY, [series] TEXT NOT NULL, "
+        "[start] TEXT NOT NULL, [end] TEXT NOT NULL, [reason] TEXT NOT NULL, "
+        "[created_at] TEXT NOT NULL, CHECK ([start] < [end]))"
+    )
+    db.execute("CREATE INDEX [idx_maintenance_end] ON [maintenance] ([end])")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -246,5 +285,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (9, _v9),
     (10, _v10),
     (11, _v11),
+    (12, _v12),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from rtax.core import redaction
+from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import ACTION_CONTEXT, LOCAL_VANTAGE, RolloutRecord
 from rtax.store.incidents import SERIES_COLUMNS
 from rtax.store.schema import ACTION_COLUMNS, OPTION_COLUMNS, RUN_COLUMNS
@@ -168,12 +169,16 @@ class Runs(Table):
 
     def series_seen(self, since: str) -> pd.DataFrame:
         """Each series (`SERIES_COLUMNS`) probed since `since`, with its newest ``started_at``
-        (``last``): what a detection pass looks at."""
+        (``last``) and that of its newest rollout that reached the substrate, rtax's own
+        errors left out (``last_reached``, NULL when none did since `since`): what a
+        detection pass and the status board look at."""
         columns = ", ".join(SERIES_COLUMNS)
+        own = marks(OWN_ERRORS)
         return self._frame(
-            f"SELECT {columns}, max(started_at) AS last FROM runs WHERE started_at >= ? "
-            f"GROUP BY {columns} ORDER BY {columns}",
-            [since],
+            f"SELECT {columns}, max(started_at) AS last, max(CASE WHEN coalesce(error_class, '') "
+            f"NOT IN ({own}) THEN started_at END) AS last_reached FROM runs "
+            f"WHERE started_at >= ? GROUP BY {columns} ORDER BY {columns}",
+            [*OWN_ERRORS, since],
         )
 
     def oldest_start(self) -> str | None:

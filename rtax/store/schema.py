@@ -23,6 +23,7 @@ __all__ = [
     "INCIDENT_COLUMNS",
     "LOAD_ROLLOUT_COLUMNS",
     "LOAD_RUN_COLUMNS",
+    "MAINTENANCE_COLUMNS",
     "OPTION_COLUMNS",
     "PAGE_COLUMNS",
     "ROLLUP_COLUMNS",
@@ -46,6 +47,8 @@ INCIDENT_COLUMNS: tuple[str, ...] = (
     "steps",
     "mode",
     "fidelity",
+    "launch_type",
+    "vantage",
     "metric",
     "rule",
     "detector",
@@ -57,6 +60,13 @@ INCIDENT_COLUMNS: tuple[str, ...] = (
     "after_p50",
     "magnitude",
     "detail",
+    "acknowledged_at",
+    "acknowledged_note",
+    "resolution",
+    "resolved_at",
+    "note",
+    "maintenance",
+    "vantages",
     "alert_open",
     "alert_resolved",
     "alert_attempts",
@@ -65,6 +75,10 @@ INCIDENT_COLUMNS: tuple[str, ...] = (
     "alert_open_sent_at",
     "alert_resolved_sent_at",
 )
+
+#: The columns of maintenance (windows added with ``rtax maintenance add``), in order, without
+#: its integer key ``id``; ``series`` is its selector as JSON (`rtax.core.series.Selector`).
+MAINTENANCE_COLUMNS: tuple[str, ...] = ("series", "start", "end", "reason", "created_at")
 
 #: The columns of load_runs, in order (docs/load.md#the-record).
 LOAD_RUN_COLUMNS: tuple[str, ...] = (
