@@ -9,7 +9,8 @@ least `--target` rollouts in `--db`; rerun, it goes on from what the database ho
 series, with the host's load average when it started).
 
     python benchmarks/record_series.py --db /tmp/series.db --target 2000
-    python benchmarks/record_series.py --db /tmp/series.db --export benchmarks/series/recorded.csv.gz
+    python benchmarks/record_series.py --db /tmp/series.db \
+        --export benchmarks/series/recorded.csv.gz
 """
 
 from __future__ import annotations

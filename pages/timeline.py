@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 import pandas as pd
 import streamlit as st
 
-from rtax.analysis import slo, timeline
-from rtax.dashboard import data, figures, filters, style, tables, urlstate
+from rtax.analysis import timeline
+from rtax.dashboard import data, figures, filters, objectives, style, tables, urlstate
 
 st.title("Timeline")
 chosen = filters.current()
@@ -68,11 +68,11 @@ chart()
 
 
 @st.fragment(run_every=data.TTL_S)
-def objectives() -> None:
+def budgets() -> None:
     standings = data.slo_standings(db, tuple(picked))
     if not standings:
         return
-    shown = slo.table(standings)
+    shown = objectives.table(standings)
     st.subheader("Objectives")
     st.plotly_chart(figures.budgets(shown), width="stretch")
     style.table(shown, snapshot="timeline-objectives")
@@ -86,4 +86,4 @@ def objectives() -> None:
     )
 
 
-objectives()
+budgets()

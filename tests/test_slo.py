@@ -16,6 +16,7 @@ from rtax.analysis import slo
 from rtax.analysis.incidents import stamp
 from rtax.analysis.slo import Burn, Counts, Objective
 from rtax.core.series import Selector
+from rtax.dashboard import objectives
 from rtax.store.database import Store
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -197,10 +198,10 @@ def test_burn_rules_name_the_pair_and_carry_its_factor() -> None:
     assert slo.reach(START) == 43_200.0
 
 
-def test_the_table_lists_budget_and_burn_per_window() -> None:
+def test_the_timeline_table_lists_budget_and_burn_per_window() -> None:
     found = slo.standing_of(_month(), START, NOW)
     quiet = slo.standing_of(_frame([_run(1)]), SUCCESS, NOW)
-    table = slo.table([("docker · T0", found), ("docker · T0", quiet)])
+    table = objectives.table([("docker · T0", found), ("docker · T0", quiet)])
     first = table.iloc[0]
     assert first["budget_left_share"] == pytest.approx(-0.4)
     assert first["burn_1h"] == pytest.approx(70.0)
@@ -211,7 +212,7 @@ def test_the_table_lists_budget_and_burn_per_window() -> None:
     # one slow rollout 20 minutes ago and nothing else: 100x over 1 h, 6 h and 30 min; its
     # 5 minutes are empty, so the fast pair can't tell, while the slow pair fires (with so few
     # events, one bad one is a high burn: docs/alerts.md#few-samples)
-    lonely = slo.table([("x", slo.standing_of(_frame([_run(20, 2.0)]), START, NOW))]).iloc[0]
+    lonely = objectives.table([("x", slo.standing_of(_frame([_run(20, 2.0)]), START, NOW))]).iloc[0]
     assert math.isnan(lonely["burn_5m"]) and lonely["burn_30m"] == pytest.approx(100.0)
     assert lonely["alerting"] == "14.4x 1h/5m unknown, 6x 6h/30m"
 

@@ -38,7 +38,7 @@ burn stops), and the few moments it holds none wait for the next rollout.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -418,35 +418,3 @@ def span(seconds: float) -> str:
         if seconds >= size and float(seconds) % size == 0:
             return f"{seconds / size:g}{unit}"
     return f"{seconds:g}s"
-
-
-def table(rows: Sequence[tuple[str, Standing]]) -> pd.DataFrame:
-    """The Timeline's objectives table: per (series label, standing), the objective, its
-    indicator and target, the period's events, bad and allowed bad, the budget left, each
-    window's burn rate (``burn_1h``; blank without an event) and the pairs that fire (or can't
-    tell)."""
-    spans = sorted({w for _, s in rows for w in windows(s.objective)})
-    records = []
-    for label, found in rows:
-        spent = found.budget
-        record: dict[str, Any] = {
-            "series": label,
-            "objective": found.objective.name,
-            "indicator": found.objective.indicator,
-            "target_rate": found.objective.target,
-            "period": span(found.objective.period_s),
-            "events": spent.events,
-            "bad": spent.bad,
-            "allowed": spent.allowed,
-            "budget_left_share": spent.remaining,
-        }
-        for w in spans:
-            rate = found.burn(w) if w in windows(found.objective) else None
-            record[f"burn_{span(w)}"] = math.nan if rate is None else rate
-        record["alerting"] = ", ".join(
-            p.label if v else f"{p.label} unknown" for p, v in found.pairs() if v is not False
-        )
-        records.append(record)
-    columns = ["series", "objective", "indicator", "target_rate", "period", "events", "bad"]
-    columns += ["allowed", "budget_left_share", *(f"burn_{span(w)}" for w in spans), "alerting"]
-    return pd.DataFrame(records, columns=columns)

@@ -9,9 +9,12 @@ readers that open the store and call these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
+
+import pandas as pd
 
 from rtax.analysis import slo, status
 from rtax.analysis.incidents import stamp
@@ -70,3 +73,35 @@ def standings(
             windows = dict(zip(spans[1:], counted[1:], strict=True))
             out.append((found.label, slo.standing(objective, counted[0], windows)))
     return sorted(out, key=lambda pair: (pair[0], pair[1].objective.name))
+
+
+def table(rows: Sequence[tuple[str, slo.Standing]]) -> pd.DataFrame:
+    """The Timeline's objectives table: per (series label, standing), the objective, its
+    indicator and target, the period's events, bad and allowed bad, the budget left, each
+    window's burn rate (``burn_1h``; blank without an event) and the pairs that fire (or can't
+    tell)."""
+    spans = sorted({w for _, s in rows for w in slo.windows(s.objective)})
+    records = []
+    for label, found in rows:
+        spent = found.budget
+        record: dict[str, Any] = {
+            "series": label,
+            "objective": found.objective.name,
+            "indicator": found.objective.indicator,
+            "target_rate": found.objective.target,
+            "period": slo.span(found.objective.period_s),
+            "events": spent.events,
+            "bad": spent.bad,
+            "allowed": spent.allowed,
+            "budget_left_share": spent.remaining,
+        }
+        for w in spans:
+            rate = found.burn(w) if w in slo.windows(found.objective) else None
+            record[f"burn_{slo.span(w)}"] = math.nan if rate is None else rate
+        record["alerting"] = ", ".join(
+            p.label if v else f"{p.label} unknown" for p, v in found.pairs() if v is not False
+        )
+        records.append(record)
+    columns = ["series", "objective", "indicator", "target_rate", "period", "events", "bad"]
+    columns += ["allowed", "budget_left_share", *(f"burn_{slo.span(w)}" for w in spans), "alerting"]
+    return pd.DataFrame(records, columns=columns)
