@@ -37,10 +37,12 @@ burn stops), and the few moments it holds none wait for the next rollout.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -107,7 +109,7 @@ class Objective:
     @property
     def allowance(self) -> float:
         """The share of events that may be bad: 1 - target."""
-        return 1.0 - self.target
+        return float(spare(self.target))
 
     def covers(self, series: Series | Mapping[str, Any]) -> bool:
         return self.selector.matches(series)
@@ -149,13 +151,23 @@ class Budget:
     @property
     def allowed(self) -> float:
         """The bad events the period may hold: (1 - target) x events."""
-        return (1.0 - self.target) * self.events
+        return float(spare(self.target) * self.events)
 
     @property
     def remaining(self) -> float | None:
         """The share of the budget left, 1 - bad / allowed: negative once overspent; None
         without an event (nothing allowed, nothing spent)."""
-        return 1.0 - self.bad / self.allowed if self.events else None
+        if not self.events:
+            return None
+        return float(1 - Fraction(self.bad) / (spare(self.target) * self.events))
+
+
+@functools.cache
+def spare(target: float) -> Fraction:
+    """1 - target, exactly, for the decimal the configuration wrote (0.99 is 99/100): a budget
+    and a burn rate come out as the arithmetic by hand does (14 bad of 20 at 99 % is 70x, not
+    69.99999999999994x), and only the final division rounds."""
+    return 1 - Fraction(repr(target))
 
 
 def budget(objective: Objective, counts: Counts) -> Budget:
@@ -168,7 +180,7 @@ def burn_rate(objective: Objective, counts: Counts) -> float | None:
     budget: (bad / events) / (1 - target); None when the window holds no event."""
     if not counts.events:
         return None
-    return (counts.bad / counts.events) / objective.allowance
+    return float(Fraction(counts.bad, counts.events) / spare(objective.target))
 
 
 def fires(objective: Objective, pair: Burn, long: Counts, short: Counts) -> bool | None:
