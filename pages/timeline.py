@@ -1,5 +1,5 @@
 """Timeline: p50, p95 and success rate over time per series, with failures, change points and
-incidents drawn on the chart."""
+incidents drawn on the chart; below, the error budget and burn rates of each objective."""
 
 from datetime import UTC, datetime
 
@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from rtax.analysis import timeline
-from rtax.dashboard import data, figures, filters, style, tables, urlstate
+from rtax.dashboard import data, figures, filters, objectives, style, tables, urlstate
 
 st.title("Timeline")
 chosen = filters.current()
@@ -65,3 +65,25 @@ def chart() -> None:
 
 
 chart()
+
+
+@st.fragment(run_every=data.TTL_S)
+def budgets() -> None:
+    standings = data.slo_standings(db, tuple(picked))
+    if not standings:
+        return
+    shown = objectives.table(standings)
+    st.subheader("Objectives")
+    st.plotly_chart(figures.budgets(shown), width="stretch")
+    style.table(shown, snapshot="timeline-objectives")
+    st.caption(
+        "Each [[slos]] objective that covers a series shown, with the series' own error budget "
+        "over the objective's period: bad events so far against (1 - target) x events, and "
+        "the share left (negative: overspent). Burn rate: the bad share of a window ending now "
+        "over 1 - target (1x spends the budget exactly over the period; blank: no rollout in "
+        "the window). A pair fires when both its windows burn at or above its factor, and "
+        "is unknown when a window holds no rollout to tell (docs/alerts.md#objectives-slos)."
+    )
+
+
+budgets()

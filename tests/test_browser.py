@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from playwright.sync_api import expect
+from test_dashboard_slo import write_seeded
 
 import rtax
 from browser import ROOT, chromium, dashboard, new_page
@@ -304,3 +305,27 @@ def test_a_snapshot_of_the_table_in_view(browser, server: str, tmp_path: Path) -
     assert {"ttfc_p50_s", "episode_p50_s", "episode_n", "last_probe_age_s"} <= set(frame.columns)
     docker = frame[(frame["series"] == "docker") & (frame["steps"] == 10)].iloc[0]
     assert docker["episode_p50_s"] == 1.4 and docker["episode_n"] == 1
+
+
+def test_the_status_card_shows_the_error_budget_left(browser, tmp_path: Path, artifacts) -> None:
+    """The objectives of tests/test_dashboard_slo.py's configuration over its rollouts: the
+    docker card says 50 % of docker-start's budget is left (1 of 200 bad, 2 allowed) and 0.5 %
+    of success's; the Timeline charts and lists the same budgets."""
+    folder = write_seeded(tmp_path)
+    env = {"RTAX_DB": str(folder / "rtax.db"), "RTAX_CONFIG": str(folder / "rtax.toml")}
+    with dashboard(env) as url, new_page(browser, viewport={"width": 1400, "height": 1600}) as page:
+        page.goto(url)
+        page.get_by_role("heading", name="Overview", level=1).wait_for()
+        # the docker card's figures (its p50 is docker's 300 ms), then its two budgets
+        card = page.get_by_test_id("stMarkdownContainer").filter(has_text="p50 300 ms")
+        budget = card.get_by_text("error budget left 50.0% · docker-start (1 of 200 bad in 28d)")
+        expect(budget).to_be_visible()
+        expect(card).to_contain_text("error budget left 0.5% · success (1 of 201 bad in 28d)")
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(artifacts / "overview-budgets.png"), full_page=True)
+        page.goto(f"{url}/timeline")
+        page.get_by_role("heading", name="Objectives").wait_for()
+        expect(page.locator(".js-plotly-plot")).to_have_count(2)  # the timeline and the budgets
+        expect(page.locator(".js-plotly-plot").last).to_contain_text("docker · T0 · docker-start")
+        page.screenshot(path=str(artifacts / "timeline-objectives.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0

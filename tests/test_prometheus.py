@@ -2,6 +2,8 @@
 API gives back figures worked out from the database: rollouts stored, ok rollouts timed, a
 failure counted by its class, the p50 in the bucket of the stored median, the last probe of a
 series seeded from the database on start; and every query of the shipped Grafana dashboard runs.
+Fed the shipped recorded series (benchmarks/series/recorded.csv.gz), its `histogram_quantile`
+over rtax's latency buckets is within 10 % of each series' raw p95.
 
 Needs the `prometheus` binary (`make test` installs it; scripts/ensure-prometheus.sh): skipped
 without it, a failure under CI=true."""
@@ -22,19 +24,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from factories import make_record
 from polling import DEADLINE_S, wait_for
+from rtax.analysis import stats
 from rtax.core.failures import CreateFailed
-from rtax.service.prometheus import BUCKETS
+from rtax.service.prometheus import LATENCY_BUCKETS, Endpoint, Metrics
 from rtax.service.scheduler import Scheduler
 from rtax.settings import SubstrateConfig, config
 from rtax.store.database import Store
 from rtax.substrates.base import Environment
 from rtax.substrates.local import LocalSubstrate
 
-DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "rtax.json"
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "docs" / "grafana" / "rtax.json"
+#: The real series recorded on this machine (benchmarks/record_series.py); RTAX_RECORDED_SERIES
+#: names another file of the same columns (a stand-in made with the recorder's --export).
+RECORDED = Path(os.environ.get("RTAX_RECORDED_SERIES", ROOT / "benchmarks/series/recorded.csv.gz"))
 ROLLOUTS = 3  # per substrate: odd, so the stored median is one sample
 
 
@@ -205,8 +213,8 @@ def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
     assert total == pytest.approx(ok["time_to_first_command_s"].sum(), rel=1e-9)
     # The p50 from the buckets lies in the bucket that holds the stored median.
     median = statistics.median(ok["time_to_first_command_s"])
-    upper = min(b for b in (*BUCKETS, float("inf")) if b >= median)
-    lower = max((b for b in BUCKETS if b < upper), default=0.0)
+    upper = min(b for b in (*LATENCY_BUCKETS, float("inf")) if b >= median)
+    lower = max((b for b in LATENCY_BUCKETS if b < upper), default=0.0)
     p50 = prometheus.scalar(
         "histogram_quantile(0.5, sum by (le) "
         '(rtax_time_to_first_command_seconds_bucket{substrate="local"}))'
@@ -227,3 +235,74 @@ def _check(prometheus: _Prometheus, scheduler: Scheduler) -> None:
             answer = prometheus.query(target["expr"])
             assert answer["status"] == "success", (panel["title"], answer)
     assert prometheus.query("rtax_last_probe_age_seconds")["data"]["result"]
+
+
+def _recorded() -> pd.DataFrame:
+    """The shipped series, one row per rollout; missing, the test fails (it never skips)."""
+    if not RECORDED.is_file():
+        pytest.fail(
+            f"{RECORDED} is missing: record it with benchmarks/record_series.py --export (or "
+            "point RTAX_RECORDED_SERIES at a file of its columns)"
+        )
+    frame = pd.read_csv(RECORDED, dtype={"error_class": str})
+    assert len(frame) and {"series", "time_to_first_command_s", "episode_s"} <= set(frame)
+    return frame
+
+
+def _as_run(row: dict[str, Any]) -> dict[str, Any]:
+    """A recorded row as the run row `Metrics.observe` reads (its series: ``docker T0``)."""
+    substrate, tier = str(row["series"]).rsplit(" ", 1)
+    cls = row.get("error_class")
+    return {
+        "substrate": substrate,
+        "tier": tier,
+        "steps": 0,
+        "fidelity": "real",
+        "status": row["status"],
+        "error_class": cls if isinstance(cls, str) and cls else None,
+        "started_at": row["started_at"],
+        "time_to_first_command_s": row["time_to_first_command_s"],
+        "episode_s": row["episode_s"],
+    }
+
+
+def test_histogram_quantile_of_the_recorded_series_is_within_10_percent_of_the_raw_p95(
+    tmp_path: Path,
+) -> None:
+    """Every recorded rollout observed by `Metrics`, one scrape by a real Prometheus, then per
+    series and latency `histogram_quantile(0.95, ...)` over the cumulative buckets against the
+    raw p95 of its ok rollouts (linear interpolation, `rtax.analysis.stats.percentile`). With 8
+    buckets per octave the interpolation inside one bucket is off by at most 9.05 %."""
+    _binary()
+    recorded = _recorded()
+    metrics = Metrics()
+    for row in recorded.to_dict("records"):
+        metrics.observe(_as_run(row))
+    endpoint = Endpoint(metrics, "127.0.0.1", 0)
+    prometheus = _Prometheus(tmp_path, urllib.parse.urlsplit(endpoint.url).netloc)
+    try:
+        total = int((recorded["status"] == "ok").sum())
+        wait_for(
+            lambda: prometheus.scalar("sum(rtax_time_to_first_command_seconds_count)") == total,
+            f"Prometheus to scrape {total} timed rollouts",
+            interval_s=0.2,
+            ignoring=(OSError,),
+        )
+        misses, compared = [], 0
+        for name, group in recorded.groupby("series"):
+            substrate, tier = str(name).rsplit(" ", 1)
+            ok = group[group["status"] == "ok"]
+            for metric, column in (
+                ("time_to_first_command", "time_to_first_command_s"),
+                ("episode", "episode_s"),
+            ):
+                raw = stats.percentile(ok[column], 95)
+                buckets = f'rtax_{metric}_seconds_bucket{{substrate="{substrate}",tier="{tier}"}}'
+                estimate = prometheus.scalar(f"histogram_quantile(0.95, sum by (le) ({buckets}))")
+                compared += 1
+                if estimate is None or abs(estimate - raw) > 0.10 * raw:
+                    misses.append(f"{name} {metric}: raw p95 {raw:.4f} s, Prometheus {estimate}")
+        assert compared >= 2 and misses == [], misses
+    finally:
+        prometheus.stop()
+        endpoint.stop()

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from rtax.analysis import stats
+from rtax.analysis.slo import Budget
 from rtax.core.series import DIMENSIONS, Series
 
 STATES = ("up", "degraded", "down", "stale")
@@ -76,6 +77,8 @@ class Card:
     #: (started_at, time-to-first-command seconds or None for a failure), oldest first
     spark: tuple[tuple[str, float | None], ...]
     open_incidents: tuple[int, ...]
+    #: the error budget left of each objective that covers it (docs/alerts.md#objectives-slos)
+    budgets: tuple[Budget, ...] = ()
 
 
 def judge(
@@ -142,11 +145,13 @@ def cards(
     plans: Iterable[Any],
     rules: StatusRules,
     now: datetime,
+    budgets: Callable[[Mapping[str, Any]], tuple[Budget, ...]] | None = None,
 ) -> list[Card]:
     """A card per series of `seen` (a row per series: its `SERIES` columns and ``last``, the
     newest ``started_at``). `day`: per series the last 24 hours' time-to-first-command
     (``runs`` (attempts), ``ok``, ``n``, ``p50``, ``p95``); `recent(series)`: its newest runs
-    (`COLUMNS`, within the day for the sparkline); `incidents`: the open ones."""
+    (`COLUMNS`, within the day for the sparkline); `incidents`: the open ones; `budgets(series)`:
+    the error budgets of the objectives that cover it (`rtax.analysis.slo.budget`)."""
     plans = list(plans)
     by_key = {k: row for k, row in _rows(day)}
     open_by: dict[str, list[int]] = {}
@@ -192,6 +197,7 @@ def cards(
                     )
                 ),
                 open_incidents=tuple(open_by.get(key, [])),
+                budgets=budgets(row) if budgets is not None else (),
             )
         )
     order = {s: i for i, s in enumerate(("down", "degraded", "stale", "up"))}

@@ -86,7 +86,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     )
     print(
         f"{conf.path}: ok; database {conf.database}; substrates "
-        f"{', '.join(conf.substrates)}; plans {plans or 'none'}"
+        f"{', '.join(conf.substrates)}; plans {plans or 'none'}; objectives "
+        f"{', '.join(o.name for o in conf.slos) or 'none'}"
     )
     return 0
 

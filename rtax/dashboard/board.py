@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from rtax.analysis import status
+from rtax.analysis import slo, status
 from rtax.dashboard.format import age, duration, rate
 
 #: Streamlit's colour names for each state's badge.
@@ -42,7 +42,20 @@ def figures(card: status.Card) -> str:
         )
     else:
         ttfc = "first command: no successful rollout in 24 h"
-    return f"last probe {age(card.last_age_s)}  \n{success}  \n{ttfc}"
+    lines = [f"last probe {age(card.last_age_s)}", success, ttfc, *map(budget, card.budgets)]
+    return "  \n".join(lines)
+
+
+def budget(spent: slo.Budget) -> str:
+    """One objective's error budget on a card: the share left (red once overspent), its name,
+    and the bad events of its period (docs/alerts.md#objectives-slos)."""
+    period = slo.span(spent.period_s)
+    if spent.remaining is None:
+        return f"error budget {spent.objective}: no rollout in {period}"
+    left = f"error budget left {rate(spent.remaining)}"
+    if spent.remaining < 0:
+        left = f":red[{left}]"
+    return f"{left} · {spent.objective} ({spent.bad} of {spent.events} bad in {period})"
 
 
 def draw(cards: Sequence[status.Card]) -> None:

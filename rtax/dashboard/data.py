@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax.analysis import stats, status, summaries, timeline
+from rtax.analysis import slo, stats, status, summaries, timeline
 from rtax.analysis.incidents import stamp
 from rtax.core import paths
 from rtax.core.series import Series
+from rtax.dashboard import objectives
 from rtax.store import (
     LOAD_ROLLOUT_COLUMNS,
     LOAD_RUN_COLUMNS,
@@ -254,6 +255,7 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
     configuration = _configuration()
     rules = configuration.status if configuration is not None else status.StatusRules()
     plans = configuration.plans if configuration is not None else ()
+    goals = configuration.slos if configuration is not None else ()
     now = datetime.now(UTC)
     filters = {k: v for k, v in _query(key).items() if k != "since"}
     series = list(status.SERIES)
@@ -285,7 +287,23 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
             limit = max(rules.samples, SPARK_POINTS)
             return store.runs.read(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
 
-        return status.cards(seen, day, recent, incidents, plans, rules, now)
+        def budgets(row: Any) -> tuple[slo.Budget, ...]:
+            return objectives.budgets(store, goals, row, now)
+
+        return status.cards(seen, day, recent, incidents, plans, rules, now, budgets)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def slo_standings(db: str, keys: tuple[str, ...]) -> list[tuple[str, slo.Standing]]:
+    """Per series of `keys` (series keys) and objective of the configuration that covers it,
+    its label and standing now (`rtax.dashboard.objectives.standings`)."""
+    configuration = _configuration()
+    goals = configuration.slos if configuration is not None else ()
+    store = _open(db) if goals and keys else None
+    if store is None:
+        return []
+    with store:
+        return objectives.standings(store, goals, keys, datetime.now(UTC))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from rtax.analysis.stats import percentile, successful
 from rtax.core.record import PHASE_COLUMNS
-from rtax.dashboard.format import hours
+from rtax.dashboard.format import hours, rate
 from rtax.planning import published
 
 ECDF_POINTS = 400
@@ -352,3 +352,32 @@ def _incident_span(fig: go.Figure, span: dict) -> None:
         font={"color": color, "size": 11},
         hovertext=f"{span['series']}: {span['metric']}. {span['detail']}",
     )
+
+
+def budgets(table: pd.DataFrame) -> go.Figure:
+    """The error budget left of each series and objective (`rtax.analysis.slo.table`'s rows) as
+    horizontal bars: green with a quarter or more left, orange below, red once overspent;
+    a series without an event in its period has no bar."""
+    shown = table.dropna(subset=["budget_left_share"])
+    left = shown["budget_left_share"].astype(float)
+    colors = ["#d62728" if v < 0 else "#ff7f0e" if v < 0.25 else "#2ca02c" for v in left]
+    fig = go.Figure(
+        go.Bar(
+            x=left,
+            y=[f"{s} · {o}" for s, o in zip(shown["series"], shown["objective"], strict=True)],
+            orientation="h",
+            marker_color=colors,
+            text=[rate(v) for v in left],
+            textposition="auto",
+            hovertext=[
+                f"{b:,} of {e:,} bad, {a:.3g} allowed over {p}"
+                for b, e, a, p in zip(
+                    shown["bad"], shown["events"], shown["allowed"], shown["period"], strict=True
+                )
+            ],
+        )
+    )
+    fig.update_xaxes(title_text="error budget left", tickformat=".0%", zeroline=True)
+    fig.update_yaxes(autorange="reversed")  # in the table's order, top down
+    fig.update_layout(height=80 + 32 * len(shown), margin={"t": 10, "b": 40}, showlegend=False)
+    return fig

@@ -172,6 +172,8 @@ _KINDS: dict[str, Formatter] = {
     **dict.fromkeys(("seconds_per_trajectory", "seconds_at_crossover"), duration),
     **dict.fromkeys(("n", "runs", "steps", "trajectories", "actions", "rollouts", "id"), count),
     **dict.fromkeys(("harness_errors", "launched", "max_rollouts_per_day", "attempts"), count),
+    **dict.fromkeys(("events", "bad"), count),
+    "allowed": number,
     **dict.fromkeys(("success_rate", "useful_share", "failure_rate", "failure_rate_max"), rate),
     **dict.fromkeys(("ratio_to_best", "magnitude", "spread"), ratio),
     **dict.fromkeys(("r2", "crossover_steps"), number),
@@ -189,6 +191,8 @@ def formatter(name: str, values: pd.Series | None = None) -> Formatter:
         return _KINDS[name]
     if name.endswith("_age_s"):
         return age
+    if name.startswith("burn_"):  # an objective's burn rate over a window (burn_1h)
+        return ratio
     if name.endswith("_per_s"):
         return per_second
     if name.endswith("_s"):
@@ -289,6 +293,15 @@ HEADERS: dict[str, str] = {
     "detail": "Detail",
     "bucket_start": "Bucket start",
     "bucket_end": "Bucket end",
+    "objective": "Objective",
+    "indicator": "Indicator",
+    "target_rate": "Target",
+    "period": "Period",
+    "events": "Events",
+    "bad": "Bad",
+    "allowed": "Bad allowed",
+    "budget_left_share": "Budget left",
+    "alerting": "Firing (or unknown)",
 }
 _WORDS = {"ttfc": "first command", "res": "resolution", "p50": "p50", "p95": "p95", "p99": "p99"}
 

@@ -9,11 +9,16 @@ Why this shape (docs/metrics.md):
   counted apart by error class, and rtax's own ``harness_error`` under a status of its own, so
   ``status="failed"`` is the substrates' failures only.
 - A few bounded labels per series (substrate, tier, steps, mode, fidelity, vantage, launch_type),
-  never a
-  run id. ``launch_type`` follows kubernetes-sigs/agent-sandbox's startup histograms (warm or
-  cold): a rollout that claimed from a warm pool is warm, every other one cold.
+  never a run id. ``launch_type`` follows kubernetes-sigs/agent-sandbox's startup histograms
+  (warm or cold): a rollout that claimed from a warm pool is warm, every other one cold.
 - A registry of its own (not prometheus_client's global one), so each scheduler and each test
   has its own numbers.
+- The latency histograms' buckets are fine enough for ``histogram_quantile`` to answer a p95
+  within 10 % (`LATENCY_BUCKETS`); the phase histogram, six times as many series, keeps
+  coarse ones (`PHASE_BUCKETS`).
+- Each objective's SLI is counted per series (``rtax_slo_events_total``,
+  ``rtax_slo_good_total``, by `rtax.analysis.slo.event`, the rule the budgets use), so the same
+  objectives can be written as Prometheus rules (docs/prometheus/slo-rules.yml).
 - Counters and histograms start at zero with the process (Prometheus's ``rate`` handles the
   reset); the last-probe gauges are seeded from the database's recent history on start, so a
   restart does not make every series look fresh or never probed.
@@ -29,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rtax.analysis import slo
+from rtax.analysis.slo import Objective
 from rtax.core.failures import HARNESS_ERROR, OWN_ERRORS
 from rtax.core.record import PHASES, RolloutRecord
 from rtax.core.series import DIMENSIONS, Series
@@ -37,8 +44,18 @@ from rtax.store.database import Store
 
 #: The labels of one series; every metric carries them, in this order.
 SERIES_LABELS: tuple[str, ...] = DIMENSIONS
-#: Latency buckets (s): 1 ms to 10 min, about three per decade, then +Inf.
-BUCKETS: tuple[float, ...] = (
+#: Buckets per octave of the latency histograms: each bucket spans a ratio of 2^(1/8) = 1.0905,
+#: so a quantile interpolated inside one is within 9.05 % of any value in it.
+PER_OCTAVE = 8
+#: Latency buckets (s) of time to first command and episode: 1 ms to the first boundary past
+#: 1 h (3,840 s), `PER_OCTAVE` per doubling (176 of them), then +Inf; six significant digits.
+LATENCY_BUCKETS: tuple[float, ...] = tuple(
+    float(f"{0.001 * 2 ** (k / PER_OCTAVE):.6g}")
+    for k in range(math.ceil(PER_OCTAVE * math.log2(3600 / 0.001)) + 1)
+)
+#: Phase buckets (s): 1 ms to 10 min, about three per decade, then +Inf (docs/metrics.md says
+#: why coarse: six phases per series).
+PHASE_BUCKETS: tuple[float, ...] = (
     *(m * 10.0**e for e in range(-3, 2) for m in (1.0, 2.5, 5.0)),
     100.0,
     250.0,
@@ -54,6 +71,9 @@ NAMES: tuple[str, ...] = (
     "rtax_rollouts_total",
     "rtax_last_probe_timestamp_seconds",
     "rtax_last_probe_age_seconds",
+    "rtax_slo_events_total",
+    "rtax_slo_good_total",
+    "rtax_slo_target_ratio",
 )
 
 LabelValues = tuple[str, ...]
@@ -77,33 +97,37 @@ def outcome(run: Mapping[str, Any]) -> tuple[str, str]:
 
 class Metrics:
     """The metrics of one scheduler, in a registry of its own. `clock` gives the time (epoch
-    seconds) the last-probe age is measured at, read at each scrape."""
+    seconds) the last-probe age is measured at, read at each scrape; `objectives` are those
+    whose SLI events it counts (the configuration's ``[[slos]]``)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+    def __init__(
+        self, clock: Callable[[], float] = time.time, objectives: Iterable[Objective] = ()
+    ) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.clock = clock
+        self.objectives = tuple(objectives)
         labels, reg = SERIES_LABELS, self.registry
         self.time_to_first_command = Histogram(
             "rtax_time_to_first_command_seconds",
             "create + orchestration + ready of ok rollouts (docs/measurement.md)",
             labels,
-            buckets=BUCKETS,
+            buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.episode = Histogram(
             "rtax_episode_seconds",
             "the create request to the end of the last action, ok rollouts",
             labels,
-            buckets=BUCKETS,
+            buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.phase = Histogram(
             "rtax_phase_seconds",
             "each phase of ok rollouts (create, orchestration, ready, setup, actions, cleanup)",
             (*labels, "phase"),
-            buckets=BUCKETS,
+            buckets=PHASE_BUCKETS,
             registry=reg,
         )
         self.rollouts = Counter(
@@ -112,6 +136,26 @@ class Metrics:
             (*labels, "status", "error_class"),
             registry=reg,
         )
+        self.slo_events = Counter(
+            "rtax_slo_events_total",
+            "an objective's SLI events: rollouts it judges (docs/alerts.md#objectives-slos)",
+            ("slo", *labels),
+            registry=reg,
+        )
+        self.slo_good = Counter(
+            "rtax_slo_good_total",
+            "an objective's good SLI events (ok; for a latency, at or below its threshold)",
+            ("slo", *labels),
+            registry=reg,
+        )
+        target = Gauge(
+            "rtax_slo_target_ratio",
+            "an objective's target: the share of its events that must be good",
+            ("slo",),
+            registry=reg,
+        )
+        for objective in self.objectives:
+            target.labels(objective.name).set(objective.target)
         self._last: dict[LabelValues, float] = {}
         self._lock = threading.Lock()
         reg.register(_LastProbe(self))
@@ -122,6 +166,12 @@ class Metrics:
         labels = series(run)
         self.rollouts.labels(*labels, *outcome(run)).inc()
         self._probed(labels, run)
+        for objective in self._covering(run):
+            good = slo.event(run, objective)
+            if good is not None:
+                self.slo_events.labels(objective.name, *labels).inc()
+                if good:
+                    self.slo_good.labels(objective.name, *labels).inc()
         if run.get("status") != "ok":
             return
         for histogram, column in (
@@ -150,7 +200,16 @@ class Metrics:
             self.episode.labels(*labels)
             for phase in PHASES:
                 self.phase.labels(*labels, phase)
+            for objective in self._covering(run):
+                self.slo_events.labels(objective.name, *labels)
+                self.slo_good.labels(objective.name, *labels)
         return len(rows)
+
+    def _covering(self, run: Mapping[str, Any]) -> list[Objective]:
+        if not self.objectives:
+            return []
+        found = Series.of(run)
+        return [o for o in self.objectives if o.covers(found)]
 
     def last_probes(self) -> dict[LabelValues, float]:
         """Per series, when its newest stored rollout ended (epoch seconds)."""

@@ -80,7 +80,7 @@ class Scheduler:
         #: substrates that can't run at all (their emulation failed to start): why
         self._unusable: dict[str, str] = {}
         #: what it stored, as Prometheus metrics, served at `metrics_url` while it runs
-        self.metrics = prometheus.Metrics()
+        self.metrics = prometheus.Metrics(objectives=config.slos)
         self._spool = Spool(config.database, self.compose.store, on_saved=self.metrics.observe)
         self._endpoint: prometheus.Endpoint | None = None
         #: posts incident alerts while it runs (None: no webhook configured)

@@ -10,8 +10,8 @@ folder, else the one shipped at the top of the checkout. Relative paths inside i
 database) are relative to the file.
 
 Each table has its module in `rtax.settings` (substrates, plans, scheduler, prometheus,
-dashboard, alerts, loads, engine); this one finds the file, reads it and calls their parsers in
-turn, so that a mistake in one table never hides those in the next.
+dashboard, alerts, slos, loads, engine); this one finds the file, reads it and calls their
+parsers in turn, so that a mistake in one table never hides those in the next.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from rtax.analysis.envelope import Bounds
 from rtax.analysis.maintenance import Window
 from rtax.analysis.rules import Alerts, Detection
+from rtax.analysis.slo import Objective
 from rtax.analysis.status import StatusRules
 from rtax.core import checks, paths
 from rtax.core.kinds import NAMED
@@ -36,6 +37,7 @@ from rtax.settings import (
     plans,
     prometheus,
     scheduler,
+    slos,
     substrates,
 )
 from rtax.settings import dashboard as dashboard_table
@@ -51,7 +53,7 @@ DEFAULT_FILE = "rtax.toml"
 #: The top-level keys of the file: one table (or array of tables) each, plus the database.
 _KEYS = frozenset(
     {"database", "substrates", "plans", "retention", "scheduler", "dashboard", "metrics"}
-    | {"detection", "alerts", "status", "loads", "capacity", "engine", "maintenance"}
+    | {"detection", "alerts", "status", "slos", "loads", "capacity", "engine", "maintenance"}
 )
 
 
@@ -92,6 +94,8 @@ class Config:
     capacity: Bounds = field(default_factory=Bounds)
     #: where rollouts run: this process's threads, or a Ray cluster (docs/ray.md)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    #: objectives with error budgets and burn-rate alerts (docs/alerts.md#objectives-slos)
+    slos: tuple[Objective, ...] = ()
     #: maintenance windows planned in the file (docs/alerts.md#maintenance)
     maintenance: tuple[Window, ...] = ()
 
@@ -145,6 +149,8 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
     alerting = alerts.parse_alerts(raw.get("alerts", {}), bad, set(subs), detection.window)
     windows = maintenance.parse(raw.get("maintenance", []), bad, set(subs))
     status = alerts.parse_status(raw.get("status", {}), bad, set(subs))
+    taken = frozenset(r.name for r in alerting.rules)
+    objectives = slos.parse(raw.get("slos", []), bad, set(subs), retention.raw_days, taken)
 
     def has_modes(name: str) -> bool | None:
         """A load may name a configured substrate or a built-in one."""
@@ -175,6 +181,7 @@ def parse(raw: dict[str, Any], *, base: Path, path: Path | None = None) -> Confi
         load_plans,
         capacity,
         engine_settings,
+        objectives,
         windows,
     )
 

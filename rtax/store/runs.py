@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from rtax.analysis.slo import Counts, Objective
 from rtax.core import redaction
 from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import ACTION_CONTEXT, LOCAL_VANTAGE, RolloutRecord
@@ -180,6 +181,36 @@ class Runs(Table):
             f"WHERE started_at >= ? GROUP BY {columns} ORDER BY {columns}",
             [*OWN_ERRORS, since],
         )
+
+    def slo_counts(
+        self, objective: Objective, sinces: Sequence[str], **series: Any
+    ) -> list[Counts]:
+        """The SLI events of `objective` (`rtax.analysis.slo`: rtax's own errors are none, a
+        latency's are its successful runs, good at or below the threshold) among the runs of
+        one series (its dimensions as `series` filters) that started since each of `sinces`,
+        in their order: one read of the runs index (substrate, tier, steps, started_at) from
+        the oldest of them, however many spans (the period, each alert window)."""
+        sinces = [str(s) for s in sinces]
+        if not sinces:
+            return []
+        if objective.is_latency:
+            column = select([str(objective.column)], RUN_COLUMNS)  # checked, bracketed
+            event, event_params = f"status = 'ok' AND {column} > 0", []
+            good, good_params = f"{column} <= ?", [float(objective.threshold_s or 0.0)]
+        else:
+            event = f"(error_class IS NULL OR error_class NOT IN ({marks(OWN_ERRORS)}))"
+            event_params, good, good_params = list(OWN_ERRORS), "status = 'ok'", []
+        parts, params = [], []
+        for since in sinces:
+            parts.append("coalesce(sum(started_at >= ?), 0)")
+            parts.append(f"coalesce(sum(started_at >= ? AND {good}), 0)")
+            params.extend([since, since, *good_params])
+        where, where_params = _where(
+            {**series, "since": min(sinces)}, prefix="", allowed=RUN_FILTERS
+        )
+        sql = f"SELECT {', '.join(parts)} FROM runs {where} AND {event}"
+        row = self._one(sql, [*params, *where_params, *event_params]) or ()
+        return [Counts(int(row[2 * i]), int(row[2 * i + 1])) for i in range(len(sinces))]
 
     def oldest_start(self) -> str | None:
         """When the oldest raw run still kept started (None: no raw runs): retention deletes
