@@ -80,13 +80,30 @@ def _secret_parts(url: str) -> list[str]:
     return pieces
 
 
+#: How a resolved alert says why (the incident's ``resolution``).
+WHY = {
+    "recovered": "recovered",
+    "baseline": "accepted as the new baseline",
+    "manual": "resolved by hand",
+    "rule_removed": "its rule was removed",
+}
+
+
 def body(incident: dict[str, Any], event: str) -> dict[str, Any]:
     """The JSON an alert posts: ``text`` for Slack, then ``event`` and the incident's fields,
-    every string scrubbed."""
-    verb = "resolved" if event == "resolved" else "opened"
+    every string scrubbed. A resolved alert says why; both say from how many vantages it is
+    seen where more than one probes the substrate."""
+    verb = "opened"
+    if event == "resolved":
+        why = WHY.get(str(incident.get("resolution")), "")
+        verb = f"resolved ({why})" if why else "resolved"
     text = f"rtax incident {verb}: {incident['series']} {incident['metric']} ({incident['rule']})"
     if incident.get("detail"):
         text += f": {incident['detail']}"
+    if incident.get("note") and event == "resolved":
+        text += f" [note: {incident['note']}]"
+    if incident.get("vantages"):
+        text += f" [seen from {incident['vantages']}]"
     fields = {k: _plain(incident.get(k)) for k in FIELDS}
     return redaction.scrub_value(
         {"text": text, "event": event, "incident": fields}, redaction.held()

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from rtax.analysis import incidents, maintenance
-from rtax.analysis.incidents import Closing, Opening, Past, Window, stamp
+from rtax.analysis import incidents, maintenance, slo
+from rtax.analysis.incidents import Closing, Opening, Past, Verdict, Window, stamp
 from rtax.analysis.rules import Alerts, Detection, Rule
 from rtax.core.series import DIMENSIONS, Series
 from rtax.store.database import Store
@@ -71,6 +71,7 @@ def run(
                 now(),
                 delivering=notifier is not None,
                 maintenance=getattr(config, "maintenance", ()),
+                objectives=getattr(config, "slos", ()),
             )
     except Exception:
         log.exception("detection failed; it runs again in %g s", config.detection.interval_s)
@@ -90,12 +91,15 @@ def check(
     *,
     delivering: bool,
     maintenance: Sequence[maintenance.Window] = (),
+    objectives: Sequence[slo.Objective] = (),
 ) -> Report:
     """Evaluate every series probed within `LOOKBACK` of `now`; open and resolve incidents.
     `delivering`: whether a webhook will send their alerts (else they are recorded ``off``);
-    `maintenance`: the configuration's windows (the store's are read here)."""
+    `maintenance`: the configuration's windows (the store's are read here); `objectives`:
+    the SLOs whose burn-rate alerts are incidents too (docs/alerts.md#objectives-slos)."""
     report = Report()
     names = {r.name for r in alerts.rules}
+    names |= {r.name for o in objectives for r in slo.burn_rules(o)}
     for incident in store.incidents.open():
         if incident["rule"] not in names:  # its rule left the configuration
             store.incidents.resolve(
@@ -110,7 +114,7 @@ def check(
     seen = store.runs.series_seen(stamp(now - LOOKBACK))
     for _, row in seen.iterrows():
         try:
-            _series(store, row, detection, alerts, now, delivering, windows, report)
+            _series(store, row, detection, alerts, now, delivering, windows, objectives, report)
         except Exception:  # one series' trouble is said, and the others are still looked at
             _log.exception("detection on %s failed", Series.of(row).key)
     _quorum(store, seen, alerts.quorum)
@@ -129,6 +133,7 @@ def _series(
     now: datetime,
     delivering: bool,
     windows: Sequence[maintenance.Window],
+    objectives: Sequence[slo.Objective],
     report: Report,
 ) -> None:
     grouping = [row[c] for c in SERIES]
@@ -149,6 +154,7 @@ def _series(
     verdicts = incidents.evaluate(
         window, alerts.rules, detection, now, past, reached if isinstance(reached, str) else None
     )
+    verdicts += _burning(store, series, filters, objectives, now)
     for decision in incidents.decide(verdicts, window, detection, past):
         if isinstance(decision, Closing):
             store.incidents.resolve(
@@ -160,6 +166,27 @@ def _series(
             report.opened.append(
                 _open(store, series, filters, decision, alerts, now, delivering, windows)
             )
+
+
+def _burning(
+    store: Store,
+    series: Series,
+    filters: dict[str, Any],
+    objectives: Sequence[slo.Objective],
+    now: datetime,
+) -> list[Verdict]:
+    """The burn-rate verdicts of the objectives covering `series`: the period's events
+    counted in the store, the runs of the longest alert window read."""
+    out: list[Verdict] = []
+    for objective in objectives:
+        if not objective.covers(series):
+            continue
+        since = stamp(now - timedelta(seconds=objective.period_s))
+        (period,) = store.runs.slo_counts(objective, [since], **filters)
+        reach = stamp(now - timedelta(seconds=slo.reach(objective)))
+        runs = store.runs.read(columns=COLUMNS, since=reach, **filters)
+        out += slo.verdicts(runs, objective, now, period=period)
+    return out
 
 
 def _open(
