@@ -50,12 +50,13 @@ def counts(db: Path) -> dict[tuple[str, str], int]:
     }
 
 
-def record(db: Path, target: int, batch: int) -> None:
+def record(db: Path, target: int, batch: int, only: tuple[str, ...] = ()) -> None:
     loads: dict[str, float] = {}
     sidecar = db.with_suffix(".loadavg")
+    mine = [s for s in SERIES if not only or s[0] in only]
     while True:
         have = counts(db)
-        todo = [s for s in SERIES if have[s] < target]
+        todo = [s for s in mine if have[s] < target]
         if not todo:
             print(f"every series has >= {target} rollouts", flush=True)
             return
@@ -118,11 +119,14 @@ def main() -> int:
     parser.add_argument("--target", type=int, default=2000, help="rollouts per series")
     parser.add_argument("--batch", type=int, default=10, help="rollouts of a series in a row")
     parser.add_argument("--export", type=Path, help="write the CSV here instead of recording")
+    parser.add_argument(
+        "--only", action="append", default=[], help="record this substrate's series only"
+    )
     args = parser.parse_args()
     if args.export:
         export(args.db, args.export)
     else:
-        record(args.db, args.target, args.batch)
+        record(args.db, args.target, args.batch, tuple(args.only))
     return 0
 
 

@@ -62,7 +62,7 @@ def test_a_missed_target_says_misses_with_its_figure() -> None:
     assert row.per_1000 == pytest.approx(3.0) and row.meets is False
     assert row.per_month == pytest.approx(3.0 / 1000 * 8640)
     (line,) = [x for x in evaluation.table([row]) if x.startswith("noisy")]
-    assert "3.000" in line and line.endswith("<= 0.12 / 1,000: MISSES")
+    assert "3.000" in line and line.endswith("<= 0.12 / 1,000: MISSES target")
 
 
 def test_the_families_are_what_their_names_say() -> None:

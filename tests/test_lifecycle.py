@@ -279,7 +279,7 @@ def test_a_v11_file_gains_the_lifecycle_and_its_incidents_their_seven_parts(
                 "rule": key,
                 "state": state,
                 "detail": detail,
-            }  # fmt: skip
+            }
         )
     db.conn.commit()
     db.conn.close()

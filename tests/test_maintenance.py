@@ -109,7 +109,7 @@ def test_rtax_maintenance_adds_lists_and_removes(
                 "--reason",
                 "rebuild",
             ]
-        )  # fmt: skip
+        )
         == 0
     )
     out = capsys.readouterr().out

@@ -296,7 +296,7 @@ def table(rows: Iterable[Row]) -> list[str]:
         f"{'delay p50':>9} {'p95':>5}  target / verdict"
     ]
     for row in rows:
-        verdict = "" if row.meets is None else ("meets" if row.meets else "MISSES")
+        verdict = "" if row.meets is None else ("meets target" if row.meets else "MISSES target")
         tail = f"  {row.target}: {verdict}" if row.target else ""
         if row.change:
             changes.append(

@@ -5,11 +5,12 @@ maintenance`` and ``rtax detection-eval``; each maps its flags onto library call
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,13 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
         print(f"removed maintenance window #{args.id}")
         return 0
     now = datetime.now(UTC)
-    with open_store(database, create=False) as store:
-        rows = store.maintenance.read(ending_after=None if args.all else stamp(now))
+    rows = []
+    if Path(database).is_file():  # no database yet: the file's windows only
+        with open_store(database, create=False) as store:
+            rows = store.maintenance.read(ending_after=None if args.all else stamp(now))
     windows = [w for w in config.maintenance if args.all or w.end > now] + from_rows(rows)
     for w in windows:
-        print(f"{'config' if w.source == 'config' else w.source:>7}  {w.describe()}")
+        print(f"{w.source:>7}  {w.describe()}")
     if not windows:
         print("no maintenance windows")
     return 0
@@ -91,11 +94,8 @@ def _window(args: argparse.Namespace, substrates: set[str]) -> Any:
     if args.end is not None:
         entry["end"] = args.end
     elif args.duration is not None:
-        try:
-            entry["end"] = maintenance.moment(entry["start"]).timestamp() + args.duration
-            entry["end"] = datetime.fromtimestamp(entry["end"], UTC)
-        except ValueError:
-            pass  # the start's own mistake is reported below
+        with contextlib.suppress(ValueError):  # a bad --start is reported below
+            entry["end"] = maintenance.moment(entry["start"]) + timedelta(seconds=args.duration)
     entry["series"] = selector.flags_table(args.series or [], bad)
     window = maintenance.window(entry, "maintenance", bad, substrates)
     if problems or window is None:
