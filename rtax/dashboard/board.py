@@ -16,14 +16,15 @@ import streamlit as st
 from rtax.analysis import slo, status
 from rtax.dashboard.format import age, duration, rate
 
-#: Streamlit's colour names for each state's badge.
-COLORS = {"up": "green", "degraded": "orange", "down": "red", "stale": "gray"}
+#: Streamlit's colour names for each state's badge: unknown is grey (no evidence either way),
+#: stale violet (evidence that has aged), so the two read apart at a glance.
+COLORS = {"down": "red", "degraded": "orange", "unknown": "gray", "stale": "violet", "up": "green"}
 #: Cards per row.
 PER_ROW = 4
 
 
 def summary(cards: Sequence[status.Card]) -> str:
-    """One line: how many series are in each state."""
+    """One line: how many series are in each state, worst first."""
     counts = {s: sum(1 for c in cards if c.state == s) for s in status.STATES}
     parts = [f":{COLORS[s]}[{counts[s]} {s}]" for s in status.STATES if counts[s]]
     return f"{len(cards)} series: " + ", ".join(parts)
@@ -34,7 +35,9 @@ def figures(card: status.Card) -> str:
     if card.runs_24h:
         success = f"success {rate(card.success_24h)} of {card.runs_24h} (24 h)"
     else:
-        success = "no rollouts in 24 h"
+        success = "no rollout reached the substrate in 24 h"
+    if card.own_24h:
+        success += f"; {card.own_24h:,} failed for rtax's own reasons"
     if card.ttfc_n:
         ttfc = (
             f"first command p50 {duration(card.ttfc_p50_s)} · p95 "
@@ -59,7 +62,7 @@ def budget(spent: slo.Budget) -> str:
 
 
 def draw(cards: Sequence[status.Card]) -> None:
-    """The board: `PER_ROW` cards a row, the worst states first."""
+    """The board: `PER_ROW` cards a row, the worst states first (`status.STATES`)."""
     st.markdown(summary(cards))
     for start in range(0, len(cards), PER_ROW):
         columns = st.columns(PER_ROW)

@@ -239,7 +239,7 @@ def _configuration() -> Any:
 
 
 #: Series not probed for this long leave the status board (as they leave detection).
-BOARD_LOOKBACK = timedelta(days=7)
+BOARD_LOOKBACK = timedelta(seconds=status.LOOKBACK_S)
 #: The newest rollouts per series a card's sparkline draws (within the last day).
 SPARK_POINTS = 96
 
@@ -290,7 +290,11 @@ def status_board(db: str, key: FilterKey) -> list[status.Card]:
         def budgets(row: Any) -> tuple[slo.Budget, ...]:
             return objectives.budgets(store, goals, row, now)
 
-        return status.cards(seen, day, recent, incidents, plans, rules, now, budgets)
+        def reached(row: Any) -> str | None:
+            wanted = {c: row[c] for c in series} | {"steps": int(row["steps"])}
+            return store.runs.last_reached(since=stamp(now - BOARD_LOOKBACK), **wanted)
+
+        return status.cards(seen, day, recent, incidents, plans, rules, now, budgets, reached)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
