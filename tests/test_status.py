@@ -147,6 +147,13 @@ def test_p95_above_its_limit_is_degraded_with_n() -> None:
 
 def test_an_open_incident_is_degraded() -> None:
     assert _judge(_runs("o" * 10), open_incidents=2) == ("degraded", ("2 open incidents",))
+    # acknowledged (someone is on it): still open, still degraded, and the card says so
+    assert _judge(_runs("o" * 10), open_incidents=2, acknowledged=1)[1] == (
+        "2 open incidents (1 acknowledged)",
+    )
+    assert _judge(_runs("o" * 10), open_incidents=1, acknowledged=1)[1] == (
+        "1 open incident (acknowledged)",
+    )
 
 
 def test_stale_comes_first() -> None:

@@ -105,11 +105,13 @@ def judge(
     open_incidents: int,
     substrate: str,
     rules: StatusRules,
+    acknowledged: int = 0,
 ) -> tuple[str, tuple[str, ...]]:
     """(state, reasons) of one series from its newest rollouts (`recent`, any order), the age
     of its last probe (`age_s`) and of its last rollout that reached the substrate
-    (`reached_age_s`; None: none did within `LOOKBACK_S`), and its open incidents. The
-    substrate's states are judged on the newest ``rules.samples`` rollouts that reached it."""
+    (`reached_age_s`; None: none did within `LOOKBACK_S`), and its open incidents (of which
+    `acknowledged` someone is on). The substrate's states are judged on the newest
+    ``rules.samples`` rollouts that reached it."""
     if age_s is None or age_s > stale_limit_s:
         since = "never probed" if age_s is None else f"last probe {_age(age_s)} ago"
         return "stale", (f"{since} (limit {_age(stale_limit_s)})",)
@@ -141,7 +143,14 @@ def judge(
                     f"p95 time-to-first-command {_secs(p95)} (n={len(values)}) > {_secs(limit)}"
                 )
     if open_incidents:
-        reasons.append(f"{open_incidents} open incident{'s' if open_incidents > 1 else ''}")
+        text = f"{open_incidents} open incident{'s' if open_incidents > 1 else ''}"
+        if acknowledged:
+            text += (
+                " (acknowledged)"
+                if acknowledged == open_incidents
+                else f" ({acknowledged} acknowledged)"
+            )
+        reasons.append(text)
     return ("degraded" if reasons else "up"), tuple(reasons)
 
 
@@ -199,8 +208,11 @@ def cards(
     plans = list(plans)
     by_key = {k: row for k, row in _rows(day)}
     open_by: dict[str, list[int]] = {}
+    seen_to: Counter = Counter()  # acknowledged: someone is on it
     for incident in incidents:
         open_by.setdefault(str(incident["series"]), []).append(int(incident["id"]))
+        if incident.get("acknowledged_at"):
+            seen_to[str(incident["series"])] += 1
     out = []
     for key, row in _rows(seen):
         runs = recent(row)
@@ -216,6 +228,7 @@ def cards(
             open_incidents=len(open_by.get(key, [])),
             substrate=str(row["substrate"]),
             rules=rules,
+            acknowledged=seen_to[key],
         )
         figures = by_key.get(key, {})
         attempts = int(figures.get("runs", 0) or 0)

@@ -20,7 +20,7 @@ from rtax.analysis import slo, stats, status, summaries, timeline
 from rtax.analysis.incidents import stamp
 from rtax.core import paths
 from rtax.core.series import Series
-from rtax.dashboard import objectives
+from rtax.dashboard import board, objectives
 from rtax.store import (
     LOAD_ROLLOUT_COLUMNS,
     LOAD_RUN_COLUMNS,
@@ -238,63 +238,17 @@ def _configuration() -> Any:
         return None
 
 
-#: Series not probed for this long leave the status board (as they leave detection).
-BOARD_LOOKBACK = timedelta(seconds=status.LOOKBACK_S)
-#: The newest rollouts per series a card's sparkline draws (within the last day).
-SPARK_POINTS = 96
-
-
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def status_board(db: str, key: FilterKey) -> list[status.Card]:
     """A card per series probed in the last week (the sidebar's substrates, tiers and
     fidelities; its window does not apply: the board is about now), judged by the
-    configuration's ``[status]`` rules (docs/alerts.md#status)."""
+    configuration's ``[status]`` rules (docs/alerts.md#status), worst first."""
     store = _open(db)
     if store is None:
         return []
-    configuration = _configuration()
-    rules = configuration.status if configuration is not None else status.StatusRules()
-    plans = configuration.plans if configuration is not None else ()
-    goals = configuration.slos if configuration is not None else ()
-    now = datetime.now(UTC)
     filters = {k: v for k, v in _query(key).items() if k != "since"}
-    series = list(status.SERIES)
     with store:
-        week = store.summaries.read(
-            metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters
-        )
-        if week.empty:
-            return []
-        seen = (
-            week.assign(steps=week["steps"].astype(int))
-            .groupby(series, as_index=False, dropna=False)["last_started_at"]
-            .max()
-            .rename(columns={"last_started_at": "last"})
-        )
-        day_rows = store.summaries.read(
-            metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
-        )
-        day = summaries.combine(day_rows, [*series, "metric"])
-        if not day.empty:
-            day["runs"] = day["attempts"]
-            day["p50"] = [s.quantile(50) for s in day["sketch"]]
-            day["p95"] = [s.quantile(95) for s in day["sketch"]]
-        incidents = store.incidents.open()
-
-        def recent(row: Any) -> pd.DataFrame:
-            wanted = {c: row[c] for c in series}
-            wanted["steps"] = int(row["steps"])
-            limit = max(rules.samples, SPARK_POINTS)
-            return store.runs.read(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
-
-        def budgets(row: Any) -> tuple[slo.Budget, ...]:
-            return objectives.budgets(store, goals, row, now)
-
-        def reached(row: Any) -> str | None:
-            wanted = {c: row[c] for c in series} | {"steps": int(row["steps"])}
-            return store.runs.last_reached(since=stamp(now - BOARD_LOOKBACK), **wanted)
-
-        return status.cards(seen, day, recent, incidents, plans, rules, now, budgets, reached)
+        return board.read(store, filters, _configuration(), datetime.now(UTC))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
