@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax.analysis import slo, stats, status, summaries, timeline
+from rtax.analysis import maintenance, slo, stats, status, summaries, timeline
 from rtax.analysis.incidents import stamp
+from rtax.analysis.maintenance import Window
 from rtax.core import paths
 from rtax.core.series import Series
 from rtax.dashboard import board, objectives
@@ -283,17 +284,28 @@ def timeline_span(db: str, key: FilterKey) -> float | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
-    """The series with a run in the window: series key -> label, in label order."""
+def timeline_series(db: str, key: FilterKey) -> dict[str, Series]:
+    """The series with a run in the window: series key -> `Series`, in label order."""
     store = _open(db)
     if store is None:
         return {}
     with store:
         found = store.summaries.series(**_query(key))
-    records = found.to_dict("records")
-    found_series = (Series.of(r) for r in records)
-    pairs = sorted(((s.label, s.key) for s in found_series), key=lambda p: p[0])
-    return {k: label for label, k in pairs}
+    series = sorted((Series.of(r) for r in found.to_dict("records")), key=lambda s: s.label)
+    return {s.key: s for s in series}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def maintenance_windows(db: str) -> list[Window]:
+    """Every maintenance window, the configuration's ``[[maintenance]]`` and the store's (``rtax
+    maintenance add``) alike (docs/alerts.md#maintenance): what the Timeline shades."""
+    configuration = _configuration()
+    windows = list(configuration.maintenance) if configuration is not None else []
+    store = _open(db)
+    if store is None:
+        return windows
+    with store:
+        return windows + maintenance.from_rows(store.maintenance.read())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
