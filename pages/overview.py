@@ -20,10 +20,13 @@ def status_board() -> None:
     board.draw(cards)
     st.caption(
         "A card per series probed in the last 7 days (the sidebar's substrates, tiers, vantages "
-        "and fidelity; not its window: the board is about now). Its state is judged on the newest "
-        "rollouts and open incidents by the [status] rules (docs/alerts.md#status); its "
-        "figures are the last 24 hours', percentiles over successful rollouts with their n; "
-        "the sparkline draws the newest rollouts' time to first command (log scale), "
+        "and fidelity; not its window: the board is about now), worst first: down, degraded, "
+        "unknown (probed, but its newest rollouts failed for rtax's own reasons and never "
+        "reached the substrate: no evidence either way), stale (not probed within its limit), "
+        "up. A state is judged on the newest rollouts that reached the substrate and the open "
+        "incidents, by the [status] rules (docs/alerts.md#status); its figures are the last 24 "
+        "hours', percentiles over successful rollouts with their n; the sparkline draws the "
+        "time to first command of the newest rollouts that reached the substrate (log scale), "
         "failures as red ticks."
     )
 

@@ -1,12 +1,13 @@
-"""Timeline: p50, p95 and success rate over time per series, with failures, change points and
-incidents drawn on the chart; below, the error budget and burn rates of each objective."""
+"""Timeline: p50, p95 and success rate over time per series (by default the few that need
+attention), with failures, change points, incidents through their lifecycle and maintenance
+windows drawn on the chart; below, the error budget and burn rates of each objective."""
 
 from datetime import UTC, datetime
 
 import pandas as pd
 import streamlit as st
 
-from rtax.analysis import timeline
+from rtax.analysis import overlays, timeline
 from rtax.dashboard import data, figures, filters, objectives, style, tables, urlstate
 
 st.title("Timeline")
@@ -29,15 +30,18 @@ bucket = middle.selectbox(
     **urlstate.bound("t_bucket"),
 )
 column = timeline.METRICS[metric]
-known = data.timeline_series(db, chosen.key)  # key -> label
+known = data.timeline_series(db, chosen.key)  # key -> Series, in label order
+ranking = timeline.ranked(known, data.status_board(db, chosen.key), data.incident_list(db))
+default = timeline.default_series(ranking)
 picked = right.multiselect(
     "Series",
     list(known),
-    default=list(known)[:8],
-    format_func=known.get,
+    default=default,
+    format_func=lambda key: known[key].label,
     placeholder="choose series",
     **urlstate.bound("t_series"),
 )
+st.caption(timeline.selection_note(ranking, default, known))
 
 
 @st.fragment(run_every=data.TTL_S)
@@ -47,21 +51,31 @@ def chart() -> None:
         st.info("No points for these series in the window.")
         return
     keys = dict(zip(shown["key"], shown["series"], strict=False))
+    now = pd.Timestamp(datetime.now(UTC))
+    axis = timeline.x_range(shown, filters.WINDOWS[chosen.window], timeline.BUCKETS[bucket], now)
     incidents = data.incident_list(db)
-    spans = timeline.spans(incidents, keys, pd.Timestamp(datetime.now(UTC)))
-    st.plotly_chart(figures.timeline(shown, spans, metric), width="stretch")
+    spans = overlays.spans(incidents, keys, now)
+    drawn = {key: known[key] for key in keys if key in known}
+    bands = overlays.bands(data.maintenance_windows(db), drawn, *axis)
+    drawing = figures.timeline(
+        shown, overlays.placed(spans, axis), metric, overlays.placed(bands, axis), axis
+    )
+    st.plotly_chart(drawing, width="stretch")
     sources = ", ".join(sorted(shown["source"].unique()))
     st.caption(
         f"{int(shown['runs'].sum())} rollouts in {len(shown)} points of {bucket} "
         f"({sources}) for: {chosen.describe()}. Solid: p50, dashed: p95, over successful "
         "rollouts (hover for n and the bucket); below, the success rate of every rollout the "
         "substrate answers for (rtax's own harness errors left out), failed buckets marked x. "
-        "Shaded: incidents from their change point (dotted) to their end; red while open."
+        "Shaded: incidents from their change point (dotted) to their end, red while open, "
+        "orange once acknowledged, grey once resolved; violet up to a solid line where the new "
+        "level was accepted as the new baseline. Pale blue bands: maintenance windows over "
+        "the series shown (alerts silenced, incidents kept). The axis spans the window."
     )
     style.download(shown, f"timeline-{metric}-{bucket}", "Download these points")
     if spans:
         st.subheader("Incidents")
-        style.table(timeline.incident_table(spans, incidents), snapshot="timeline-incidents")
+        style.table(overlays.incident_table(spans, incidents), snapshot="timeline-incidents")
 
 
 chart()

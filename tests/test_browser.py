@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from playwright.sync_api import expect
 from test_dashboard_slo import write_seeded
+from test_dashboard_timeline import write_history
 
 import rtax
 from browser import ROOT, chromium, dashboard, new_page
@@ -328,4 +329,34 @@ def test_the_status_card_shows_the_error_budget_left(browser, tmp_path: Path, ar
         expect(page.locator(".js-plotly-plot")).to_have_count(2)  # the timeline and the budgets
         expect(page.locator(".js-plotly-plot").last).to_contain_text("docker · T0 · docker-start")
         page.screenshot(path=str(artifacts / "timeline-objectives.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_the_timeline_draws_a_maintenance_window_and_an_accepted_baseline(
+    browser, tmp_path: Path, artifacts
+) -> None:
+    """tests/test_dashboard_timeline.py's history, built with the store's API: docker's change
+    accepted as the new baseline (its span ends where the new level was accepted, marked
+    there), its acknowledged incident (which puts docker in the default selection), the store's
+    maintenance window and the configuration's, each drawn with its text on the chart."""
+    folder = write_history(tmp_path)
+    env = {"RTAX_DB": str(folder / "rtax.db"), "RTAX_CONFIG": str(folder / "rtax.toml")}
+    with dashboard(env) as url, new_page(browser, viewport={"width": 1400, "height": 1600}) as page:
+        page.goto(f"{url}/timeline")
+        page.get_by_role("heading", name="Timeline", level=1).wait_for()
+        chart = page.locator(".js-plotly-plot").first
+        texts = chart.locator(".annotation-text")  # the annotations' SVG text
+        expect(texts).to_have_count(5)
+        assert sorted(texts.all_text_contents()) == [
+            "#1 accepted as the new baseline",
+            "incident #1 · resolved: baseline",
+            "incident #2 · acknowledged",
+            "maintenance: kernel upgrade",
+            "maintenance: registry migration",
+        ]
+        series = page.get_by_test_id("stMultiSelect").filter(has_text="Series")
+        expect(series).to_contain_text("docker · T0")  # chosen by default: it needs attention
+        expect(page.get_by_role("heading", name="Incidents")).to_be_visible()  # the table below
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(artifacts / "timeline-baseline-maintenance.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0

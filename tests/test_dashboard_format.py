@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from rtax.analysis import status, timeline
+from rtax.analysis import overlays, status
 from rtax.dashboard import board, explore, filters, fleet, footer, format, style, tables
 from rtax.planning import projection
 from rtax.service import budget
@@ -204,26 +204,34 @@ def test_the_spend_table() -> None:
 
 
 def test_the_timeline_incidents_table_gives_each_metric_its_unit() -> None:
+    """Each metric's before and after in its unit, and the lifecycle: the state as `rtax
+    incidents` says it, why it was resolved, the note (the acknowledgement's while open) and
+    the maintenance window it opened in."""
+    key = "docker T0 S=0 exec real"
     incidents = pd.DataFrame(
         [
-            {"id": 7, "before_p50": 0.2, "after_p50": 0.9, "magnitude": 4.5, "detail": "p50 up"},
-            {"id": 8, "before_p50": 0.95, "after_p50": 0.5, "magnitude": None, "detail": None},
+            {"id": 7, "series": key, "metric": "time_to_first_command", "state": "resolved",
+             "start": "2026-06-01T11:00:00+00:00", "end": "2026-06-01T11:30:00+00:00",
+             "before_p50": 0.2, "after_p50": 0.9, "magnitude": 4.5, "detail": "p50 up",
+             "resolution": "baseline", "note": None, "acknowledged_at": None,
+             "acknowledged_note": None, "maintenance": None},
+            {"id": 8, "series": key, "metric": "success_rate", "state": "open",
+             "start": "2026-06-01T11:00:00+00:00", "end": None, "before_p50": 0.95,
+             "after_p50": 0.5, "magnitude": None, "detail": None, "resolution": None,
+             "note": None, "acknowledged_at": "2026-06-01T11:05:00+00:00",
+             "acknowledged_note": "on it", "maintenance": "image rebuild (every series, ...)"},
         ]
-    )
-    start = pd.Timestamp("2026-06-01T11:00:00Z")
-    spans = [
-        {"id": 7, "series": "docker", "metric": "time_to_first_command", "state": "resolved"}
-        | {"start": start, "end": pd.Timestamp("2026-06-01T11:30:00Z")},
-        {"id": 8, "series": "docker", "metric": "success_rate", "state": "open"}
-        | {"start": start, "end": pd.Timestamp("2026-06-01T12:00:00Z")},
-    ]
-    assert _table(timeline.incident_table(spans, incidents)) == [
+    )  # fmt: skip
+    now = pd.Timestamp("2026-06-01T12:00:00Z")
+    spans = overlays.spans(incidents, {key: "docker · T0"}, now)
+    assert _table(overlays.incident_table(spans, incidents)) == [
         "Incident | Series | Metric | State | Start | End | p50 before | p50 after | "
-        "Success before | Success after | Magnitude | Detail",
+        "Success before | Success after | Magnitude | Detail | Resolution | Note | Maintenance",
         # newest first; an open incident has no end yet
-        "8 | docker | success_rate | open | 2026-06-01 11:00:00 UTC |  |  |  | 95.0% | 50.0% |  | ",
-        "7 | docker | time_to_first_command | resolved | 2026-06-01 11:00:00 UTC | "
-        "2026-06-01 11:30:00 UTC | 200 ms | 900 ms |  |  | 4.50× | p50 up",
+        "8 | docker · T0 | success_rate | acknowledged | 2026-06-01 11:00:00 UTC |  |  |  | "
+        "95.0% | 50.0% |  |  |  | acknowledged: on it | image rebuild (every series, ...)",
+        "7 | docker · T0 | time_to_first_command | resolved: baseline | 2026-06-01 11:00:00 UTC | "
+        "2026-06-01 11:30:00 UTC | 200 ms | 900 ms |  |  | 4.50× | p50 up | baseline |  | ",
     ]
 
 

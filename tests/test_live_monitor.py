@@ -175,7 +175,7 @@ def test_a_slowdown_degrades_the_board_marks_the_timeline_alerts_once_and_clears
             page.goto(f"{url}/timeline")
             _until(
                 page,
-                lambda p: f"incident #{incident} · resolved" in _markers(p),
+                lambda p: f"incident #{incident} · resolved: recovered" in _markers(p),
                 "the incident resolved",
             )
             assert not [m for m in _markers(page) if m.endswith("· open")]

@@ -10,27 +10,36 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from factories import make_record
+from polling import DEADLINE_S
 from rtax.analysis import status
 from rtax.analysis.status import StatusRules, judge
 from rtax.core.series import Series
+from rtax.dashboard import board, data
 from rtax.settings import config
 from rtax.store.database import Store
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+ROOT = Path(__file__).resolve().parent.parent
 BASE = "[[substrates]]\nname = 'local'\nkind = 'local'\n"
 
 
+#: Each outcome letter's error class: ``o`` ok, ``x`` a substrate failure, ``h`` and ``e``
+#: rtax's own failures (a harness error, an engine error).
+CLASSES = {"o": None, "x": "exec_error", "h": "harness_error", "e": "engine_error"}
+
+
 def _runs(outcomes: str, ttfc: list[float] | None = None) -> pd.DataFrame:
-    """Runs newest last: ``o`` ok, ``x`` a substrate failure, ``h`` rtax's own failure."""
+    """Runs a minute apart, newest last (a minute ago), one per letter of `CLASSES`."""
     rows = []
     for i, c in enumerate(outcomes):
         rows.append(
             {
                 "started_at": (NOW - timedelta(minutes=len(outcomes) - i)).isoformat(),
                 "status": "ok" if c == "o" else "failed",
-                "error_class": {"o": None, "x": "exec_error", "h": "harness_error"}[c],
+                "error_class": CLASSES[c],
                 "time_to_first_command_s": (ttfc[i] if ttfc else 0.2) if c == "o" else None,
             }
         )
@@ -41,7 +50,13 @@ DEFAULT = StatusRules()
 
 
 def _judge(runs: pd.DataFrame, rules: StatusRules = DEFAULT, **kw):
-    args = {"age_s": 30.0, "stale_limit_s": 600.0, "open_incidents": 0, "substrate": "docker"}
+    """`judge` with the last probe 60 s ago and the last rollout that reached the substrate
+    as old as `runs` say (None: none of them did), unless given."""
+    reached = [i for i, c in enumerate(runs["error_class"]) if c not in ("harness_error",
+               "engine_error")]  # fmt: skip
+    reached_age = 60.0 * (len(runs) - reached[-1]) if reached else None
+    args = {"age_s": 60.0, "reached_age_s": reached_age, "stale_limit_s": 600.0,
+            "open_incidents": 0, "substrate": "docker"}  # fmt: skip
     return judge(runs, rules=rules, **(args | kw))
 
 
@@ -71,6 +86,47 @@ def test_harness_errors_never_lower_the_state() -> None:
     assert _judge(_runs("ooooooohhh"))[0] == "up"
 
 
+def test_every_recent_rollout_a_harness_error_is_unknown_with_the_reason() -> None:
+    """Ten harness errors, the newest ten rollouts: none reached the substrate, so nothing says
+    whether it is up; three hours before them it answered."""
+    runs = _runs("o" * 5 + "h" * 10)
+    state, reasons = _judge(runs, reached_age_s=3 * 3600.0, stale_limit_s=4 * 3600.0)
+    assert state == "unknown"
+    assert reasons == (
+        "the last 10 rollouts never reached the substrate: harness_error ×10; the last that "
+        "did 3.0 h ago",
+    )
+    state, reasons = _judge(_runs("e" * 2 + "h" * 8))  # none did in the board's week
+    assert state == "unknown"
+    assert reasons == (
+        "the last 10 rollouts never reached the substrate: harness_error ×8, engine_error ×2; "
+        "none did in the last 7 days",
+    )
+
+
+def test_staleness_counts_only_rollouts_that_reached_the_substrate() -> None:
+    # probed a minute ago, but since 12 minutes ago only rtax's own errors: older than the 10-minute
+    # limit, the evidence is gone; the series is unknown (still probed), not stale
+    state, reasons = _judge(_runs("o" * 9 + "h" * 10 + "e"))
+    assert state == "unknown"
+    assert reasons == (
+        "the last 11 rollouts never reached the substrate: harness_error ×10, engine_error ×1; "
+        "the last that did 12 min ago (limit 10 min)",
+    )
+    # not probed at all within the limit: stale, whatever the rollouts were
+    assert _judge(_runs("h" * 10), age_s=3_000.0)[0] == "stale"
+
+
+def test_judged_on_the_newest_rollouts_that_reached_the_substrate() -> None:
+    # newest first: two harness errors, then three failures: those three are the newest the
+    # substrate answered for, so it is down; with seven ok before them, 7 of 10
+    state, reasons = _judge(_runs("o" * 7 + "xxx" + "hh"))
+    assert state == "down" and reasons == ("the last 3 rollouts failed",)
+    # three harness errors are no samples: the newest that reached are eight ok and a failure
+    state, reasons = _judge(_runs("x" + "o" * 8 + "hhh"))
+    assert state == "degraded" and reasons == ("success 89% of the last 9 < 90%",)
+
+
 def test_only_the_newest_samples_are_judged() -> None:
     # 10 failures long ago, then 10 ok: judged on the newest 10, the card is up again
     assert _judge(_runs("x" * 10 + "o" * 10))[0] == "up"
@@ -91,6 +147,13 @@ def test_p95_above_its_limit_is_degraded_with_n() -> None:
 
 def test_an_open_incident_is_degraded() -> None:
     assert _judge(_runs("o" * 10), open_incidents=2) == ("degraded", ("2 open incidents",))
+    # acknowledged (someone is on it): still open, still degraded, and the card says so
+    assert _judge(_runs("o" * 10), open_incidents=2, acknowledged=1)[1] == (
+        "2 open incidents (1 acknowledged)",
+    )
+    assert _judge(_runs("o" * 10), open_incidents=1, acknowledged=1)[1] == (
+        "1 open incident (acknowledged)",
+    )
 
 
 def test_stale_comes_first() -> None:
@@ -139,8 +202,6 @@ def test_a_card_carries_the_days_figures_from_the_store(tmp_path: Path) -> None:
                             "mode": "exec", "fidelity": "real", "metric": "time_to_first_command",
                             "rule": "ttfc-change", "detector": "binseg", "start": now.isoformat(),
                             "opened_at": now.isoformat(), "alert_open": "off"})  # fmt: skip
-        from rtax.dashboard import data
-
         data.st.cache_data.clear()
         cards = data.status_board.__wrapped__(str(tmp_path / "s.db"), (None, (), (), (), ()))
     assert len(cards) == 1
@@ -196,3 +257,89 @@ def test_each_status_mistake_names_its_key(tmp_path: Path, text: str, key: str) 
     with pytest.raises(config.ConfigError) as info:
         config.load(file)
     assert any(key in p for p in info.value.problems), info.value.problems
+
+
+#: What the card of `_own_errors_only`'s series says.
+UNKNOWN_REASON = (
+    "the last 10 rollouts never reached the substrate: harness_error ×8, engine_error ×2; "
+    "the last that did 3.0 h ago (limit 60 min)"
+)
+
+
+def _own_errors_only(path: Path) -> Path:
+    """docker answered five times three hours ago; since then every rollout was rtax's own
+    error (2 engine, 8 harness, a minute apart, the last a minute ago)."""
+    now = datetime.now(UTC)
+    with Store(path) as store:
+        for i in range(5):
+            store.save_rollout(
+                make_record(f"ok{i}", substrate="docker", kind="docker",
+                            started_at=(now - timedelta(hours=3, minutes=i)).isoformat())
+            )  # fmt: skip
+        for i, cls in enumerate(["engine_error"] * 2 + ["harness_error"] * 8):
+            store.save_rollout(
+                make_record(f"own{i}", substrate="docker", kind="docker", status="failed",
+                            error_class=cls, time_to_first_command_s=None,
+                            started_at=(now - timedelta(minutes=10 - i)).isoformat())
+            )  # fmt: skip
+    return path
+
+
+def test_a_series_failing_only_for_rtaxs_own_reasons_is_an_unknown_card(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Probed a minute ago, so not stale; but the newest rollout that reached the substrate
+    is older than the hour a series no plan schedules may go without one: unknown, grey,
+    with the reason, never up."""
+    monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))  # the default [status]
+    db = _own_errors_only(tmp_path / "u.db")
+    data.st.cache_data.clear()
+    (card,) = data.status_board.__wrapped__(str(db), (None, (), (), (), ()))
+    assert card.state == "unknown"
+    assert card.reasons == (UNKNOWN_REASON,)
+    assert board.COLORS["unknown"] == "gray"
+    assert board.summary([card]) == "1 series: :gray[1 unknown]"
+    assert (card.runs_24h, card.own_24h) == (5, 10)
+    assert "success 100.0% of 5 (24 h); 10 failed for rtax's own reasons" in board.figures(card)
+    assert [v for _, v in card.spark] == [0.06] * 5  # its own errors are not the substrate's
+
+
+def test_the_board_puts_the_worst_first() -> None:
+    """down, degraded, unknown, stale, up: the substrate's trouble first, then rtax's (unknown:
+    probed but not measured; stale: no longer probed), whatever the labels' order."""
+    outcomes = {"a-up": "o" * 10, "b-stale": "o" * 10, "c-unknown": "h" * 10,
+                "d-degraded": "o" * 8 + "xx", "e-down": "xxx"}  # fmt: skip
+    seen = pd.DataFrame(
+        [
+            {"substrate": name, "mode": "exec", "fidelity": "real", "launch_type": "cold",
+             "vantage": "local", "tier": "T0", "steps": 0,
+             "last": (NOW - timedelta(hours=2 if name == "b-stale" else 0, minutes=1)).isoformat()}
+            for name in outcomes
+        ]
+    )  # fmt: skip
+    found = status.cards(
+        seen, pd.DataFrame(), lambda row: _runs(outcomes[row["substrate"]]), [], [], DEFAULT, NOW
+    )
+    assert [(c.label, c.state) for c in found] == [
+        ("e-down · T0", "down"),
+        ("d-degraded · T0", "degraded"),
+        ("c-unknown · T0", "unknown"),
+        ("b-stale · T0", "stale"),
+        ("a-up · T0", "up"),
+    ]
+
+
+def test_the_overview_shows_the_unknown_card_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same series on the Overview page, under AppTest: a grey "unknown" badge and why."""
+    monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("RTAX_DB", str(_own_errors_only(tmp_path / "u.db")))
+    data.st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=DEADLINE_S).run()
+    assert not at.exception, [e.value for e in at.exception]
+    markdown = [m.value for m in at.markdown]
+    assert "**docker · T0**  \n:gray[● **unknown**]" in markdown
+    assert "1 series: :gray[1 unknown]" in markdown
+    assert UNKNOWN_REASON in [c.value for c in at.caption]
+    assert not any("● **up**" in m for m in markdown)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax.analysis import status, timeline
+from rtax.analysis import overlays, status, timeline
+from rtax.analysis.maintenance import Window
+from rtax.core.series import Selector, Series
 from rtax.dashboard import data
 from rtax.store import Store, retention
 
@@ -115,7 +118,7 @@ def test_incidents_become_spans_of_the_series_shown() -> None:
              "start": T0.isoformat(), "end": None, "detail": "z"},
         ]
     )  # fmt: skip
-    spans = timeline.spans(incidents, {"docker T0 S=0 exec real": "docker · T0"}, now)
+    spans = overlays.spans(incidents, {"docker T0 S=0 exec real": "docker · T0"}, now)
     assert [s["id"] for s in spans] == [1, 2]
     assert spans[0]["end"] == pd.Timestamp(T0 + timedelta(hours=1))
     assert spans[1]["end"] == now and spans[1]["text"] == "incident #2 · open"
@@ -139,3 +142,151 @@ def test_engine_errors_are_rtax_own_and_never_lower_success(store: Store) -> Non
     for point in (raw, summed):
         assert (point["runs"], point["harness_errors"], point["success_rate"]) == (1, 1, 1.0)
         assert point["errors"] == ""
+
+
+def _points(*starts: datetime) -> pd.DataFrame:
+    return pd.DataFrame({"bucket_start": [pd.Timestamp(t) for t in starts]})
+
+
+def test_the_axis_spans_the_window_in_view_never_a_millisecond() -> None:
+    """A new install: one five-minute bucket (10:00), opened at 10:03. All time is the data's
+    span but at least 12 buckets: 09:03 to 10:03, the point at the right. A window is the
+    window (the last 24 hours), widened only to hold a bucket that began before its edge."""
+    now = pd.Timestamp(T0 + timedelta(minutes=3))
+    one = _points(T0)
+    assert timeline.x_range(one, None, 300, now) == (now - pd.Timedelta(hours=1), now)
+    assert timeline.x_range(one, 86_400, 300, now) == (now - pd.Timedelta(days=1), now)
+    # all time over two days of data: from the first point
+    old = _points(T0 - timedelta(days=2), T0)
+    assert timeline.x_range(old, None, 3_600, now)[0] == pd.Timestamp(T0 - timedelta(days=2))
+    # the last hour in daily buckets: today's bucket began at midnight, before the window
+    day = _points(T0.replace(hour=0))
+    assert timeline.x_range(day, 3_600, 86_400, now)[0] == pd.Timestamp(T0.replace(hour=0))
+    assert timeline.x_range(_points(), None, 300, now) == (now - pd.Timedelta(hours=1), now)
+
+
+def _series(substrate: str, tier: str = "T0") -> Series:
+    return Series(substrate, fidelity="real", tier=tier)
+
+
+def test_the_default_series_are_the_few_that_need_attention_worst_first() -> None:
+    """By the board's state (down, degraded, unknown, stale, then up), then open incidents,
+    then the newest change; at most a handful, the rest left to the list."""
+    names = ["a", "b", "c", "d", "e", "f", "g"]
+    known = {s.key: s for s in (_series(n) for n in names)}
+    key = {n: _series(n).key for n in names}
+    board = [SimpleNamespace(key=key[n], state=st) for n, st in
+             [("a", "up"), ("b", "stale"), ("c", "degraded"), ("d", "down"), ("e", "unknown"),
+              ("f", "degraded"), ("g", "up")]]  # fmt: skip
+    incidents = pd.DataFrame(
+        [
+            {"series": key["f"], "state": "open", "start": "2026-06-01T09:00:00+00:00"},
+            {"series": key["c"], "state": "resolved", "start": "2026-06-01T11:00:00+00:00"},
+            {"series": key["g"], "state": "open", "start": "2026-06-01T08:00:00+00:00"},
+        ]
+    )
+    ranking = timeline.ranked(known, board, incidents)
+    assert ranking == [
+        (key["d"], "down"),
+        (key["f"], "degraded, 1 open incident"),  # degraded with an incident before c
+        (key["c"], "degraded"),
+        (key["e"], "unknown"),
+        (key["b"], "stale"),
+        (key["g"], "1 open incident"),  # up, but an incident is open
+        (key["a"], ""),
+    ]
+    assert timeline.default_series(ranking) == [key[n] for n in "dfceb"]
+    assert timeline.selection_note(ranking, timeline.default_series(ranking), known) == (
+        "By default the 5 of 6 series that need attention, worst first: d · T0 (down); f · T0 "
+        "(degraded, 1 open incident); c · T0 (degraded); e · T0 (unknown); b · T0 (stale); 2 "
+        "more under Series."
+    )
+
+
+def test_with_nothing_to_look_at_the_default_is_the_most_recently_changed() -> None:
+    names = ["a", "b", "c", "d", "e", "f", "g"]
+    known = {s.key: s for s in (_series(n) for n in names)}
+    board = [SimpleNamespace(key=k, state="up") for k in known]
+    changed = pd.DataFrame(
+        [{"series": _series("f").key, "state": "resolved", "start": "2026-06-01T09:00:00+00:00"}]
+    )
+    ranking = timeline.ranked(known, board, changed)
+    chosen = timeline.default_series(ranking)
+    assert chosen == [_series(n).key for n in "fabcd"]
+    assert timeline.selection_note(ranking, chosen, known) == (
+        "No series needs attention (every one up, no incident open): by default the first 5, "
+        "the most recently changed first; 2 more under Series."
+    )
+    # a series off the board (not probed this week) comes after every one on it
+    off = timeline.ranked(known, board[1:], pd.DataFrame())
+    assert off[-1] == (_series("a").key, "")
+
+
+def test_maintenance_windows_become_bands_over_the_series_they_cover() -> None:
+    """A window over docker covers the docker series shown, clipped to the axis; one over
+    podman only, or outside the axis, is not drawn."""
+    start, end = pd.Timestamp(T0), pd.Timestamp(T0 + timedelta(hours=2))
+    shown = {s.key: s for s in (_series("docker"), _series("local"))}
+    docker = Selector(substrate=("docker",))
+    windows = [
+        Window(docker, T0 - timedelta(hours=1), T0 + timedelta(minutes=30), "registry migration"),
+        Window(Selector(substrate=("podman",)), T0, T0 + timedelta(hours=1), "podman only"),
+        Window(Selector(), T0 + timedelta(hours=3), T0 + timedelta(hours=4), "later", "#2"),
+    ]
+    (band,) = overlays.bands(windows, shown, start, end)
+    assert (band["start"], band["end"]) == (start, pd.Timestamp(T0 + timedelta(minutes=30)))
+    assert band["text"] == "maintenance: registry migration"
+    assert band["detail"] == (
+        "registry migration (substrate docker, 2026-06-01 09:00 → 2026-06-01 10:30 UTC); covers "
+        "docker · T0; from [[maintenance]]"
+    )
+
+
+def test_an_accepted_baseline_is_drawn_apart_from_a_recovery() -> None:
+    """Resolved as baseline: a span to where the new level was accepted, marked there;
+    recovered: a grey span, no mark; acknowledged: its own kind, with who said what."""
+    key = "docker T0 S=0 exec real"
+    rows = [
+        {"id": 1, "state": "resolved", "resolution": "baseline",
+         "end": "2026-06-01T11:00:00+00:00",
+         "detail": "p50 0.3 s -> 0.6 s; accepted as the new baseline after 100 samples"},
+        {"id": 2, "state": "resolved", "resolution": "recovered",
+         "end": "2026-06-01T10:30:00+00:00", "detail": "p50 0.3 s -> 0.9 s"},
+        {"id": 3, "state": "open", "acknowledged_at": "2026-06-01T11:10:00+00:00",
+         "acknowledged_note": "looking", "maintenance": "image rebuild (...)", "end": None,
+         "detail": "success 100% -> 50%"},
+    ]  # fmt: skip
+    incidents = pd.DataFrame(
+        [{"series": key, "metric": "time_to_first_command", "start": T0.isoformat(), **r}
+         for r in rows]
+    )  # fmt: skip
+    now = pd.Timestamp(T0 + timedelta(hours=2))
+    baseline, recovered, acknowledged = overlays.spans(incidents, {key: "docker · T0"}, now)
+    assert (baseline["kind"], baseline["text"]) == ("baseline", "incident #1 · resolved: baseline")
+    assert baseline["accepted"] == baseline["end"] == pd.Timestamp(T0 + timedelta(hours=1))
+    assert (recovered["kind"], recovered["accepted"]) == ("resolved", None)
+    assert recovered["text"] == "incident #2 · resolved: recovered"
+    assert acknowledged["kind"] == "acknowledged" and acknowledged["end"] == now
+    assert acknowledged["text"] == "incident #3 · acknowledged"
+    assert acknowledged["detail"] == (
+        "success 100% -> 50%; acknowledged 2026-06-01 11:10 UTC: looking; in maintenance: "
+        "image rebuild (...) (alerts silenced)"
+    )
+
+
+def test_labels_stay_on_the_chart() -> None:
+    """Over an axis from 10:00 to 12:00: a span over before it is not drawn; one begun before
+    it is labelled at the axis' start; one begun in the last fifth (after 11:36) is anchored by
+    its label's right edge, so the text reads leftwards, on the chart."""
+    axis = (pd.Timestamp(T0), pd.Timestamp(T0 + timedelta(hours=2)))
+
+    def mark(start: float, end: float) -> dict:
+        return {"start": axis[0] + pd.Timedelta(minutes=start),
+                "end": axis[0] + pd.Timedelta(minutes=end)}  # fmt: skip
+
+    shown = overlays.placed([mark(-90, -30), mark(-30, 30), mark(60, 90), mark(100, 120)], axis)
+    assert [(m["label_at"], m["anchor"]) for m in shown] == [
+        (axis[0], "left"),
+        (axis[0] + pd.Timedelta(minutes=60), "left"),
+        (axis[0] + pd.Timedelta(minutes=100), "right"),
+    ]

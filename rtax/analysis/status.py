@@ -5,23 +5,29 @@ which series need a look, and why, before reading any table. A state is judged o
 ``samples`` rollouts of the series (not the day's: a card must turn back once a slowdown is over)
 and on its open incidents; the card's figures beside it are the last 24 hours':
 
-- ``stale``: no probe for longer than ``stale_intervals`` times the interval of the plan that
-  probes it (``stale_after`` for a series no plan schedules). Checked first: old samples say
-  nothing about now.
-- ``down``: the newest ``down_after`` rollouts all failed, or their success rate is below
-  ``down_below``.
-- ``degraded``: the success rate of the newest ``samples`` is below ``degraded_below``, or the
-  p95 of their time-to-first-command is above ``p95_above`` (where set, per substrate or for
-  all), or an incident of the series is open (`rtax.service.detection`).
+- ``stale``: no probe at all for longer than ``stale_intervals`` times the interval of the
+  plan that probes it (``stale_after`` for a series no plan schedules). Checked first: old
+  samples say nothing about now.
+- ``unknown``: probed, but without evidence: the newest ``samples`` rollouts all failed for
+  rtax's own reasons (``harness_error``, ``engine_error``: they never reached the substrate),
+  or none that reached it is within the stale limit. A state comes from evidence, so a series
+  nobody could measure is neither up nor down (docs/alerts.md#status).
+- ``down``: the newest ``down_after`` rollouts that reached the substrate all failed, or their
+  success rate is below ``down_below``.
+- ``degraded``: the success rate of the newest ``samples`` that reached it is below
+  ``degraded_below``, or the p95 of their time-to-first-command is above ``p95_above`` (where
+  set, per substrate or for all), or an incident of the series is open
+  (`rtax.service.detection`).
 - ``up``: none of these.
 
-rtax's own failures (``harness_error``) are left out of success, as everywhere
+rtax's own failures are left out of success and of every state's samples, as everywhere
 (docs/measurement.md#failures). This module is pure: frames in, cards out.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,9 +38,16 @@ import pandas as pd
 
 from rtax.analysis import stats
 from rtax.analysis.slo import Budget
+from rtax.core.failures import OWN_ERRORS
 from rtax.core.series import DIMENSIONS, Series
 
-STATES = ("up", "degraded", "down", "stale")
+#: The states, worst first: the board's order. The substrate's own trouble (down, degraded)
+#: comes before rtax's (unknown: it probes but can't measure; stale: it stopped probing), since
+#: only evidence says the substrate is failing, and an unknown series is being probed right now
+#: while a stale one may simply no longer be planned.
+STATES = ("down", "degraded", "unknown", "stale", "up")
+#: Series probed within this long are on the board (and its evidence is searched this far back).
+LOOKBACK_S = 7 * 86_400
 #: The columns that make a series (`rtax.core.series`).
 SERIES = DIMENSIONS
 #: The runs columns a card reads.
@@ -79,26 +92,37 @@ class Card:
     open_incidents: tuple[int, ...]
     #: the error budget left of each objective that covers it (docs/alerts.md#objectives-slos)
     budgets: tuple[Budget, ...] = ()
+    #: the last 24 hours' rollouts that failed for rtax's own reasons (not in `runs_24h`)
+    own_24h: int = 0
 
 
 def judge(
     recent: pd.DataFrame,
     *,
     age_s: float | None,
+    reached_age_s: float | None,
     stale_limit_s: float,
     open_incidents: int,
     substrate: str,
     rules: StatusRules,
+    acknowledged: int = 0,
 ) -> tuple[str, tuple[str, ...]]:
-    """(state, reasons) of one series from its newest rollouts (`recent`, any order; at most
-    ``rules.samples`` are read, newest first), the age of its last probe and its open
-    incidents."""
+    """(state, reasons) of one series from its newest rollouts (`recent`, any order), the age
+    of its last probe (`age_s`) and of its last rollout that reached the substrate
+    (`reached_age_s`; None: none did within `LOOKBACK_S`), and its open incidents (of which
+    `acknowledged` someone is on). The substrate's states are judged on the newest
+    ``rules.samples`` rollouts that reached it."""
     if age_s is None or age_s > stale_limit_s:
         since = "never probed" if age_s is None else f"last probe {_age(age_s)} ago"
         return "stale", (f"{since} (limit {_age(stale_limit_s)})",)
-    newest = recent.sort_values("started_at", ascending=False).head(rules.samples)
-    counted = stats.attempts(newest)
-    ok = (counted["status"] == "ok").to_numpy()
+    newest = recent.sort_values("started_at", ascending=False)
+    own = newest["error_class"].isin(OWN_ERRORS).to_numpy()
+    streak = len(own) if own.all() else int(np.argmin(own))  # rtax's own errors, newest first
+    too_old = reached_age_s is None or reached_age_s > stale_limit_s
+    if too_old or streak >= rules.samples:
+        return "unknown", (_unreached(newest.head(streak), reached_age_s, stale_limit_s),)
+    newest = stats.attempts(newest).head(rules.samples)
+    ok = (newest["status"] == "ok").to_numpy()
     reasons: list[str] = []
     if len(ok) >= rules.down_after and not ok[: rules.down_after].any():
         reasons.append(f"the last {rules.down_after} rollouts failed")
@@ -119,8 +143,33 @@ def judge(
                     f"p95 time-to-first-command {_secs(p95)} (n={len(values)}) > {_secs(limit)}"
                 )
     if open_incidents:
-        reasons.append(f"{open_incidents} open incident{'s' if open_incidents > 1 else ''}")
+        text = f"{open_incidents} open incident{'s' if open_incidents > 1 else ''}"
+        if acknowledged:
+            text += (
+                " (acknowledged)"
+                if acknowledged == open_incidents
+                else f" ({acknowledged} acknowledged)"
+            )
+        reasons.append(text)
     return ("degraded" if reasons else "up"), tuple(reasons)
+
+
+def _unreached(own: pd.DataFrame, reached_age_s: float | None, stale_limit_s: float) -> str:
+    """Why a series is unknown: ``the last 10 rollouts never reached the substrate:
+    harness_error ×8, engine_error ×2; the last that did 3.0 h ago``."""
+    classes = Counter(own["error_class"]).most_common()
+    if len(own):
+        plural = "s" if len(own) > 1 else ""
+        what = ", ".join(f"{c} ×{n}" for c, n in classes)
+        head = f"the last {len(own)} rollout{plural} never reached the substrate: {what}"
+    else:
+        head = "no rollout reached the substrate"
+    if reached_age_s is None:
+        return f"{head}; none did in the last {LOOKBACK_S // 86_400} days"
+    tail = f"the last that did {_age(reached_age_s)} ago"
+    if reached_age_s > stale_limit_s:
+        tail += f" (limit {_age(stale_limit_s)})"
+    return f"{head}; {tail}"
 
 
 def stale_limit(series: Mapping[str, Any], plans: Iterable[Any], rules: StatusRules) -> float:
@@ -146,35 +195,44 @@ def cards(
     rules: StatusRules,
     now: datetime,
     budgets: Callable[[Mapping[str, Any]], tuple[Budget, ...]] | None = None,
+    reached: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> list[Card]:
     """A card per series of `seen` (a row per series: its `SERIES` columns and ``last``, the
-    newest ``started_at``). `day`: per series the last 24 hours' time-to-first-command
-    (``runs`` (attempts), ``ok``, ``n``, ``p50``, ``p95``); `recent(series)`: its newest runs
-    (`COLUMNS`, within the day for the sparkline); `incidents`: the open ones; `budgets(series)`:
-    the error budgets of the objectives that cover it (`rtax.analysis.slo.budget`)."""
+    newest ``started_at``), worst state first (`STATES`). `day`: per series the last 24
+    hours' time-to-first-command (``runs`` (attempts), ``ok``, ``n``, ``p50``, ``p95``,
+    ``harness_errors``); `recent(series)`: its newest runs (`COLUMNS`, within the day for the
+    sparkline); `incidents`: the open ones; `budgets(series)`: the error budgets of the
+    objectives that cover it (`rtax.analysis.slo.budget`); `reached(series)`: when its newest
+    rollout that reached the substrate started (None: none in `LOOKBACK_S`), asked only when
+    none of its `recent` runs did (without it: none did)."""
     plans = list(plans)
     by_key = {k: row for k, row in _rows(day)}
     open_by: dict[str, list[int]] = {}
+    seen_to: Counter = Counter()  # acknowledged: someone is on it
     for incident in incidents:
         open_by.setdefault(str(incident["series"]), []).append(int(incident["id"]))
+        if incident.get("acknowledged_at"):
+            seen_to[str(incident["series"])] += 1
     out = []
     for key, row in _rows(seen):
-        last = pd.Timestamp(row["last"])
-        age = max(0.0, (pd.Timestamp(now) - last).total_seconds())
         runs = recent(row)
+        reached_at = _newest_reached(runs)
+        if reached_at is None and reached is not None:
+            reached_at = reached(row)
+        age, reached_age = (_age_at(now, t) for t in (row["last"], reached_at))
         state, reasons = judge(
             runs,
             age_s=age,
+            reached_age_s=reached_age,
             stale_limit_s=stale_limit(row, plans, rules),
             open_incidents=len(open_by.get(key, [])),
             substrate=str(row["substrate"]),
             rules=rules,
+            acknowledged=seen_to[key],
         )
         figures = by_key.get(key, {})
         attempts = int(figures.get("runs", 0) or 0)
         n = int(figures.get("n", 0) or 0)
-        cutoff = (pd.Timestamp(now) - pd.Timedelta(days=1)).isoformat()
-        spark = runs[runs["started_at"] >= cutoff].sort_values("started_at")
         out.append(
             Card(
                 key=key,
@@ -187,21 +245,42 @@ def cards(
                 ttfc_n=n,
                 ttfc_p50_s=_number(figures.get("p50")) if n else None,
                 ttfc_p95_s=_number(figures.get("p95")) if n else None,
-                spark=tuple(
-                    (str(t), _number(v) if s == "ok" else None)
-                    for t, s, v in zip(
-                        spark["started_at"],
-                        spark["status"],
-                        spark["time_to_first_command_s"],
-                        strict=True,
-                    )
-                ),
+                spark=_spark(runs, now),
                 open_incidents=tuple(open_by.get(key, [])),
                 budgets=budgets(row) if budgets is not None else (),
+                own_24h=int(figures.get("harness_errors", 0) or 0),
             )
         )
-    order = {s: i for i, s in enumerate(("down", "degraded", "stale", "up"))}
+    order = {s: i for i, s in enumerate(STATES)}
     return sorted(out, key=lambda c: (order[c.state], c.label))
+
+
+def _newest_reached(runs: pd.DataFrame) -> str | None:
+    """When the newest of `runs` that reached the substrate started (None: none did)."""
+    if runs.empty:
+        return None
+    reached = runs.loc[~runs["error_class"].isin(OWN_ERRORS), "started_at"]
+    return str(reached.max()) if len(reached) else None
+
+
+def _age_at(now: datetime, moment: Any) -> float | None:
+    """Seconds from `moment` (ISO text or a timestamp) to `now`, never negative (None: none)."""
+    if moment is None or (isinstance(moment, float) and math.isnan(moment)):
+        return None
+    return max(0.0, (pd.Timestamp(now) - pd.Timestamp(moment)).total_seconds())
+
+
+def _spark(runs: pd.DataFrame, now: datetime) -> tuple[tuple[str, float | None], ...]:
+    """The day's rollouts that reached the substrate, oldest first: (started_at, time to first
+    command, None for a failure). rtax's own errors say nothing of the substrate: left out."""
+    cutoff = (pd.Timestamp(now) - pd.Timedelta(days=1)).isoformat()
+    day = stats.attempts(runs[runs["started_at"] >= cutoff]).sort_values("started_at")
+    return tuple(
+        (str(t), _number(v) if s == "ok" else None)
+        for t, s, v in zip(
+            day["started_at"], day["status"], day["time_to_first_command_s"], strict=True
+        )
+    )
 
 
 def label(series: Mapping[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""The Timeline page's points: p50, p95 and success rate per series and time bucket, with the
-incidents to draw over them.
+"""The Timeline page's points: p50, p95 and success rate per series and time bucket, the axis
+they are drawn on, and the series it shows by default (what it draws over them:
+`rtax.analysis.overlays`).
 
 Why two sources (docs/dashboard.md#timeline): hourly and daily points come from the store's
 summaries (`rtax.analysis.summaries`), which hold raw and folded history alike, so a month-old day
@@ -11,7 +12,12 @@ Percentiles follow the one definition (linear interpolation; `rtax.analysis.sket
 exact up to `sketch.EXACT_LIMIT` samples a point); latency counts successful rollouts only, and
 success counts every rollout but rtax's own failures (``harness_error``, ``engine_error``;
 docs/measurement.md#failures). A series is that of the incidents and the status board
-(`rtax.store.incidents.SERIES_COLUMNS`). This module is pure.
+(`rtax.store.incidents.SERIES_COLUMNS`).
+
+Why an axis and a default of its own: opened minutes after a first start, the page drew one
+five-minute bucket on an axis a millisecond wide and sixteen series at once. The axis spans the
+window in view (`x_range`), and the series shown first are the few that need attention, worst
+first by the status board's states (`ranked`, `default_series`). This module is pure.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from rtax.analysis import sketch, summaries
+from rtax.analysis.status import STATES
 from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import PHASE_COLUMNS
 from rtax.core.series import DIMENSIONS, MISSING, Series
@@ -71,6 +78,88 @@ def default_bucket(span_s: float) -> str:
     if span_s <= 25 * 86_400:
         return "1 h"
     return "1 d"
+
+
+#: The x axis spans at least this many buckets: the one point of a new install sits at the
+#: right of an hour of five-minute buckets, never alone on an axis a millisecond wide.
+MIN_BUCKETS = 12
+
+
+def x_range(
+    points: pd.DataFrame, window_s: float | None, bucket_s: int, now: pd.Timestamp
+) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The Timeline's x axis: the window in view, from `now` back over the sidebar's window
+    (`window_s`), or for all time (None) back to the first point but at least `MIN_BUCKETS`
+    buckets; widened to hold every point (a bucket may begin before the window's edge)."""
+    end = _utc(now)
+    first = _utc(points["bucket_start"].min()) if not points.empty else end
+    if window_s is not None:
+        start = end - pd.Timedelta(seconds=window_s)
+    else:
+        start = min(first, end - pd.Timedelta(seconds=MIN_BUCKETS * bucket_s))
+    return min(start, first), end
+
+
+#: The Timeline shows at most this many series by default: the few that need attention.
+HANDFUL = 5
+
+
+def ranked(
+    known: Mapping[str, Series], board: Sequence[Any], incidents: pd.DataFrame
+) -> list[tuple[str, str]]:
+    """Every series of `known` (key -> `Series`, in the page's order) worst first, each with
+    why it needs attention ('' when it does not): by the status board's state (`board`: its
+    `status.Card`s, in `status.STATES` order; a series off the board, not probed for a week,
+    after up), then by its open incidents (more first), then by how recently an incident of
+    it began (a change), then in `known`'s order."""
+    state = {card.key: card.state for card in board}
+    opened: Counter = Counter()
+    changed: dict[str, str] = {}
+    if incidents is not None and not incidents.empty:
+        opened.update(incidents.loc[incidents["state"] == "open", "series"])
+        for key, start in zip(incidents["series"], incidents["start"], strict=True):
+            changed[key] = max(changed.get(key, ""), str(_utc(start)))
+    order = {s: i for i, s in enumerate(STATES)}
+    position = {key: i for i, key in enumerate(known)}
+
+    def rank(key: str) -> tuple:
+        latest = pd.Timestamp(changed[key]).value if key in changed else -math.inf
+        return (order.get(state.get(key, ""), len(STATES)), -opened[key], -latest, position[key])
+
+    out = []
+    for key in sorted(known, key=rank):
+        why = [state[key]] if state.get(key, "up") != "up" else []
+        if opened[key]:
+            why.append(f"{opened[key]} open incident{'s' if opened[key] > 1 else ''}")
+        out.append((key, ", ".join(why)))
+    return out
+
+
+def default_series(ranking: Sequence[tuple[str, str]], limit: int = HANDFUL) -> list[str]:
+    """The series shown by default (`ranked`'s keys): those that need attention, worst first,
+    at most `limit`; with none, the first `limit` of the ranking (the most recently changed)."""
+    needy = [key for key, why in ranking if why]
+    return (needy or [key for key, _ in ranking])[:limit]
+
+
+def selection_note(
+    ranking: Sequence[tuple[str, str]], chosen: Sequence[str], known: Mapping[str, Series]
+) -> str:
+    """One line on what the default selection (`chosen`) is and why, and how many are left."""
+    why = dict(ranking)
+    rest = len(known) - len(chosen)
+    more = f"; {rest} more under Series" if rest else ""
+    if chosen and why[chosen[0]]:
+        named = "; ".join(f"{known[k].label} ({why[k]})" for k in chosen)
+        needy = sum(1 for _, w in ranking if w)
+        if needy == 1:
+            return f"By default the one series that needs attention: {named}{more}."
+        of = f"the {len(chosen)} of {needy}" if needy > len(chosen) else f"the {len(chosen)}"
+        return f"By default {of} series that need attention, worst first: {named}{more}."
+    return (
+        "No series needs attention (every one up, no incident open): by default the first "
+        f"{len(chosen)}, the most recently changed first{more}."
+    )
 
 
 def _label(frame: pd.DataFrame) -> pd.DataFrame:
@@ -182,36 +271,6 @@ def continuous(raw: pd.DataFrame, hourly: pd.DataFrame, oldest_raw: str | None) 
     return out.sort_values(["series", "bucket_start"]).reset_index(drop=True)
 
 
-def spans(
-    incidents: pd.DataFrame, keys: Mapping[str, str], now: pd.Timestamp
-) -> list[dict[str, Any]]:
-    """The incidents of the series shown (`keys`: series key -> its label) as spans to draw:
-    from the change (``start``) to its end, or to `now` while open."""
-    out = []
-    if incidents is None or incidents.empty:
-        return out
-    for row in incidents.to_dict("records"):
-        if row["series"] not in keys:
-            continue
-        start = pd.Timestamp(row["start"]).tz_convert("UTC")
-        ended = row.get("end")
-        end = pd.Timestamp(ended).tz_convert("UTC") if isinstance(ended, str) and ended else now
-        text = f"incident #{int(row['id'])} · {row['state']}"
-        out.append(
-            {
-                "id": int(row["id"]),
-                "series": keys[row["series"]],
-                "metric": row["metric"],
-                "state": row["state"],
-                "start": start,
-                "end": max(end, start),
-                "text": text,
-                "detail": row.get("detail") or "",
-            }
-        )
-    return out
-
-
 def _point(
     key: str,
     label: str,
@@ -243,37 +302,6 @@ def _quantiles(values: np.ndarray, n: int) -> dict[str, Any]:
     return {"n": n, "p50": float(p50), "p95": float(p95)}
 
 
-#: The incidents table below the chart: a view of incident rows (the store's
-#: ``INCIDENT_COLUMNS``), with before and after split by unit, so a column holds one unit.
-INCIDENT_TABLE_COLUMNS = (
-    "id", "series", "metric", "state", "start", "end",
-    "before_p50_s", "after_p50_s", "before_rate", "after_rate", "magnitude", "detail",
-)  # fmt: skip
-
-
-def incident_table(spans_shown: list[dict[str, Any]], incidents: pd.DataFrame) -> pd.DataFrame:
-    """The incidents drawn (`spans`), newest first, with their before/after p50 from the
-    incident rows: in seconds for a latency metric, as a share for the success rate (two
-    columns each, so a column holds one unit); `end` blank while open."""
-    if not spans_shown:
-        return pd.DataFrame(columns=list(INCIDENT_TABLE_COLUMNS))
-    details = incidents.set_index("id")
-    rows = []
-    for span in spans_shown:
-        found = details.loc[span["id"]] if span["id"] in details.index else {}
-        is_rate = span["metric"] == "success_rate"
-        before, after = found.get("before_p50"), found.get("after_p50")
-        rows.append(
-            {
-                **{k: span[k] for k in ("id", "series", "metric", "state", "start")},
-                "end": span["end"] if span["state"] == "resolved" else pd.NaT,
-                "before_p50_s": None if is_rate else before,
-                "after_p50_s": None if is_rate else after,
-                "before_rate": before if is_rate else None,
-                "after_rate": after if is_rate else None,
-                "magnitude": found.get("magnitude"),
-                "detail": found.get("detail"),
-            }
-        )
-    frame = pd.DataFrame(rows, columns=list(INCIDENT_TABLE_COLUMNS))
-    return frame.sort_values("id", ascending=False).reset_index(drop=True)
+def _utc(text: Any) -> pd.Timestamp:
+    moment = pd.Timestamp(text)
+    return moment.tz_localize("UTC") if moment.tzinfo is None else moment.tz_convert("UTC")

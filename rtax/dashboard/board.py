@@ -1,29 +1,91 @@
-"""The Overview's status board: a card per series (`rtax.analysis.status.Card`), drawn as Streamlit
-containers with an inline SVG sparkline.
+"""The Overview's status board: a card per series (`rtax.analysis.status.Card`), read from the
+store and drawn as Streamlit containers with an inline SVG sparkline.
 
 Why plain containers and SVG (docs/dashboard.md#status-board): dozens of cards must paint in
 milliseconds, and a card is read at a glance: state first (coloured, with why), then the last
 probe's age and the day's figures, each percentile with its `n`, in the dashboard's one
-format (`rtax.dashboard.format`).
+format (`rtax.dashboard.format`). Why it reads through the runs index, a series at a time: a
+card needs its newest runs, never the week's, so a board costs the same however long the
+history (`read`, behind `rtax.dashboard.data.status_board`'s cache).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
+import pandas as pd
 import streamlit as st
 
-from rtax.analysis import slo, status
+from rtax.analysis import slo, status, summaries
+from rtax.analysis.incidents import stamp
+from rtax.dashboard import objectives
 from rtax.dashboard.format import age, duration, rate
+from rtax.store import Store
 
-#: Streamlit's colour names for each state's badge.
-COLORS = {"up": "green", "degraded": "orange", "down": "red", "stale": "gray"}
+#: Streamlit's colour names for each state's badge: unknown is grey (no evidence either way),
+#: stale violet (evidence that has aged), so the two read apart at a glance.
+COLORS = {"down": "red", "degraded": "orange", "unknown": "gray", "stale": "violet", "up": "green"}
 #: Cards per row.
 PER_ROW = 4
+#: Series not probed for this long leave the status board (as they leave detection).
+LOOKBACK = timedelta(seconds=status.LOOKBACK_S)
+#: The newest rollouts per series a card's sparkline draws (within the last day).
+SPARK_POINTS = 96
+
+
+def read(
+    store: Store, filters: Mapping[str, Any], configuration: Any, now: datetime
+) -> list[status.Card]:
+    """The cards of the series of `filters` (the store's run filters) probed within `LOOKBACK`,
+    judged by `configuration`'s ``[status]`` rules, plans and objectives (the defaults and none
+    without one): the series list and the day's figures from the summaries, each card's newest
+    runs (and, only when those all failed for rtax's own reasons, its last that reached the
+    substrate) through the runs index."""
+    rules = configuration.status if configuration is not None else status.StatusRules()
+    plans = configuration.plans if configuration is not None else ()
+    goals = configuration.slos if configuration is not None else ()
+    series = list(status.SERIES)
+    week = store.summaries.read(metrics=["wall_s"], since=stamp(now - LOOKBACK), **filters)
+    if week.empty:
+        return []
+    seen = (
+        week.assign(steps=week["steps"].astype(int))
+        .groupby(series, as_index=False, dropna=False)["last_started_at"]
+        .max()
+        .rename(columns={"last_started_at": "last"})
+    )
+    day_rows = store.summaries.read(
+        metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
+    )
+    day = summaries.combine(day_rows, [*series, "metric"])
+    if not day.empty:
+        day["runs"] = day["attempts"]
+        day["p50"] = [s.quantile(50) for s in day["sketch"]]
+        day["p95"] = [s.quantile(95) for s in day["sketch"]]
+
+    def wanted(row: Any) -> dict[str, Any]:
+        return {c: row[c] for c in series} | {"steps": int(row["steps"])}
+
+    def recent(row: Any) -> pd.DataFrame:
+        limit = max(rules.samples, SPARK_POINTS)
+        return store.runs.read(
+            columns=status.COLUMNS, limit=limit, newest_first=True, **wanted(row)
+        )
+
+    def budgets(row: Any) -> tuple[slo.Budget, ...]:
+        return objectives.budgets(store, goals, row, now)
+
+    def reached(row: Any) -> str | None:
+        return store.runs.last_reached(since=stamp(now - LOOKBACK), **wanted(row))
+
+    incidents = store.incidents.open()
+    return status.cards(seen, day, recent, incidents, plans, rules, now, budgets, reached)
 
 
 def summary(cards: Sequence[status.Card]) -> str:
-    """One line: how many series are in each state."""
+    """One line: how many series are in each state, worst first."""
     counts = {s: sum(1 for c in cards if c.state == s) for s in status.STATES}
     parts = [f":{COLORS[s]}[{counts[s]} {s}]" for s in status.STATES if counts[s]]
     return f"{len(cards)} series: " + ", ".join(parts)
@@ -34,7 +96,9 @@ def figures(card: status.Card) -> str:
     if card.runs_24h:
         success = f"success {rate(card.success_24h)} of {card.runs_24h} (24 h)"
     else:
-        success = "no rollouts in 24 h"
+        success = "no rollout reached the substrate in 24 h"
+    if card.own_24h:
+        success += f"; {card.own_24h:,} failed for rtax's own reasons"
     if card.ttfc_n:
         ttfc = (
             f"first command p50 {duration(card.ttfc_p50_s)} · p95 "
@@ -59,7 +123,7 @@ def budget(spent: slo.Budget) -> str:
 
 
 def draw(cards: Sequence[status.Card]) -> None:
-    """The board: `PER_ROW` cards a row, the worst states first."""
+    """The board: `PER_ROW` cards a row, the worst states first (`status.STATES`)."""
     st.markdown(summary(cards))
     for start in range(0, len(cards), PER_ROW):
         columns = st.columns(PER_ROW)

@@ -16,11 +16,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax.analysis import slo, stats, status, summaries, timeline
+from rtax.analysis import maintenance, slo, stats, status, summaries, timeline
 from rtax.analysis.incidents import stamp
+from rtax.analysis.maintenance import Window
 from rtax.core import paths
 from rtax.core.series import Series
-from rtax.dashboard import objectives
+from rtax.dashboard import board, objectives
 from rtax.store import (
     LOAD_ROLLOUT_COLUMNS,
     LOAD_RUN_COLUMNS,
@@ -238,59 +239,17 @@ def _configuration() -> Any:
         return None
 
 
-#: Series not probed for this long leave the status board (as they leave detection).
-BOARD_LOOKBACK = timedelta(days=7)
-#: The newest rollouts per series a card's sparkline draws (within the last day).
-SPARK_POINTS = 96
-
-
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def status_board(db: str, key: FilterKey) -> list[status.Card]:
     """A card per series probed in the last week (the sidebar's substrates, tiers and
     fidelities; its window does not apply: the board is about now), judged by the
-    configuration's ``[status]`` rules (docs/alerts.md#status)."""
+    configuration's ``[status]`` rules (docs/alerts.md#status), worst first."""
     store = _open(db)
     if store is None:
         return []
-    configuration = _configuration()
-    rules = configuration.status if configuration is not None else status.StatusRules()
-    plans = configuration.plans if configuration is not None else ()
-    goals = configuration.slos if configuration is not None else ()
-    now = datetime.now(UTC)
     filters = {k: v for k, v in _query(key).items() if k != "since"}
-    series = list(status.SERIES)
     with store:
-        week = store.summaries.read(
-            metrics=["wall_s"], since=stamp(now - BOARD_LOOKBACK), **filters
-        )
-        if week.empty:
-            return []
-        seen = (
-            week.assign(steps=week["steps"].astype(int))
-            .groupby(series, as_index=False, dropna=False)["last_started_at"]
-            .max()
-            .rename(columns={"last_started_at": "last"})
-        )
-        day_rows = store.summaries.read(
-            metrics=["time_to_first_command_s"], since=stamp(now - timedelta(days=1)), **filters
-        )
-        day = summaries.combine(day_rows, [*series, "metric"])
-        if not day.empty:
-            day["runs"] = day["attempts"]
-            day["p50"] = [s.quantile(50) for s in day["sketch"]]
-            day["p95"] = [s.quantile(95) for s in day["sketch"]]
-        incidents = store.incidents.open()
-
-        def recent(row: Any) -> pd.DataFrame:
-            wanted = {c: row[c] for c in series}
-            wanted["steps"] = int(row["steps"])
-            limit = max(rules.samples, SPARK_POINTS)
-            return store.runs.read(columns=status.COLUMNS, limit=limit, newest_first=True, **wanted)
-
-        def budgets(row: Any) -> tuple[slo.Budget, ...]:
-            return objectives.budgets(store, goals, row, now)
-
-        return status.cards(seen, day, recent, incidents, plans, rules, now, budgets)
+        return board.read(store, filters, _configuration(), datetime.now(UTC))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -325,17 +284,28 @@ def timeline_span(db: str, key: FilterKey) -> float | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def timeline_series(db: str, key: FilterKey) -> dict[str, str]:
-    """The series with a run in the window: series key -> label, in label order."""
+def timeline_series(db: str, key: FilterKey) -> dict[str, Series]:
+    """The series with a run in the window: series key -> `Series`, in label order."""
     store = _open(db)
     if store is None:
         return {}
     with store:
         found = store.summaries.series(**_query(key))
-    records = found.to_dict("records")
-    found_series = (Series.of(r) for r in records)
-    pairs = sorted(((s.label, s.key) for s in found_series), key=lambda p: p[0])
-    return {k: label for label, k in pairs}
+    series = sorted((Series.of(r) for r in found.to_dict("records")), key=lambda s: s.label)
+    return {s.key: s for s in series}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def maintenance_windows(db: str) -> list[Window]:
+    """Every maintenance window, the configuration's ``[[maintenance]]`` and the store's (``rtax
+    maintenance add``) alike (docs/alerts.md#maintenance): what the Timeline shades."""
+    configuration = _configuration()
+    windows = list(configuration.maintenance) if configuration is not None else []
+    store = _open(db)
+    if store is None:
+        return windows
+    with store:
+        return windows + maintenance.from_rows(store.maintenance.read())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

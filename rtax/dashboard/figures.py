@@ -230,8 +230,16 @@ def projection_bars(table: pd.DataFrame, title: str) -> go.Figure:
     return fig
 
 
-#: Incident spans: open ones red, resolved ones grey.
-INCIDENT_COLORS = {"open": "#d62728", "resolved": "#7f7f7f"}
+#: Incident spans by how they are drawn (`rtax.analysis.overlays.spans`' ``kind``): open red,
+#: acknowledged orange (someone is on it), accepted as the new baseline violet, resolved grey.
+INCIDENT_COLORS = {
+    "open": "#d62728",
+    "acknowledged": "#ff7f0e",
+    "baseline": "#6a3d9a",
+    "resolved": "#7f7f7f",
+}
+#: Maintenance windows: a pale band under everything else.
+MAINTENANCE_COLOR = "#9ecae1"
 
 
 #: One colour per series on the Timeline, in order.
@@ -240,10 +248,18 @@ _PALETTE = (
 )  # fmt: skip
 
 
-def timeline(points: pd.DataFrame, spans: list[dict], metric: str) -> go.Figure:
-    """p50 (solid) and p95 (dashed) per series over time, success rate below with failed
-    buckets marked (red x), incidents as shaded spans from their change point (a dotted line)
-    to their end. Hover gives the bucket, `n` and the source of each point."""
+def timeline(
+    points: pd.DataFrame,
+    spans: list[dict],
+    metric: str,
+    bands: list[dict] | None = None,
+    x_range: tuple[pd.Timestamp, pd.Timestamp] | None = None,
+) -> go.Figure:
+    """p50 (solid) and p95 (dashed) per series over time, one legend entry each, success rate
+    below with failed buckets marked (red x); incidents as shaded spans from their change point
+    (a dotted line) to their end, a baseline's acceptance marked; maintenance windows (`bands`)
+    as pale bands; the x axis over `x_range` (the window in view). Hover gives the bucket, `n`
+    and the source of each point."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -253,10 +269,14 @@ def timeline(points: pd.DataFrame, spans: list[dict], metric: str) -> go.Figure:
         _timeline_series(
             fig, series, group.sort_values("bucket_start"), _PALETTE[i % len(_PALETTE)]
         )
+    for band in bands or []:
+        _maintenance_band(fig, band)
     for span in spans:
         _incident_span(fig, span)
     fig.update_yaxes(type="log", title_text=f"{metric} (s, log)", row=1, col=1)
     fig.update_yaxes(title_text="success", tickformat=".0%", range=[-0.05, 1.05], row=2, col=1)
+    if x_range is not None:  # as the points are sent: UTC without an offset
+        fig.update_xaxes(range=[_wall(x_range[0]), _wall(x_range[1])])
     fig.update_layout(
         height=560, margin={"t": 30, "b": 30}, hovermode="closest", legend={"orientation": "h"}
     )
@@ -264,7 +284,8 @@ def timeline(points: pd.DataFrame, spans: list[dict], metric: str) -> go.Figure:
 
 
 def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: str) -> None:
-    """One series' traces: p50 and p95 above, success and its failed buckets below."""
+    """One series' traces: p50 and p95 above (one legend entry, which toggles both), success
+    and its failed buckets below."""
     custom = np.column_stack(
         [
             group["bucket_end"].astype(str),
@@ -281,8 +302,9 @@ def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: st
                 x=group["bucket_start"],
                 y=group[q],
                 mode="lines+markers",
-                name=f"{series} {q}",
+                name=series if q == "p50" else f"{series} {q}",
                 legendgroup=series,
+                showlegend=q == "p50",
                 line={"color": color, "dash": dash, "width": 1.5},
                 marker={"size": 4},
                 customdata=custom,
@@ -329,29 +351,56 @@ def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: st
 
 
 def _incident_span(fig: go.Figure, span: dict) -> None:
-    """An incident: a shaded span from its change point (a dotted line) to its end."""
-    color = INCIDENT_COLORS.get(span["state"], "#7f7f7f")
+    """An incident: a shaded span from its change point (a dotted line) to its end, labelled
+    with its lifecycle state (where `rtax.analysis.overlays.placed` put it); one accepted as
+    the new baseline also gets a solid line and a label where its new level was accepted."""
+    color = INCIDENT_COLORS.get(span.get("kind", span["state"]), "#7f7f7f")
     fig.add_vrect(
-        x0=span["start"],
-        x1=span["end"],
-        fillcolor=color,
-        opacity=0.12,
-        line_width=0,
-        row="all",
-        col=1,
-    )
-    fig.add_vline(x=span["start"], line={"color": color, "dash": "dot", "width": 1}, row=1)
+        x0=_wall(span["start"]), x1=_wall(span["end"]), fillcolor=color, opacity=0.12,
+        line_width=0, row="all", col=1,
+    )  # fmt: skip
+    fig.add_vline(x=_wall(span["start"]), line={"color": color, "dash": "dot", "width": 1}, row=1)
+    hover = f"{span['series']}: {span['metric']}. {span['detail']}"
+    at, anchor = span.get("label_at", span["start"]), span.get("anchor", "left")
+    _label(fig, at, 1.0, span["text"], color, hover, anchor)
+    if span.get("accepted") is not None:
+        fig.add_vline(x=_wall(span["accepted"]), line={"color": color, "width": 2}, row=1)
+        text = f"#{span['id']} accepted as the new baseline"
+        _label(fig, span["accepted"], 0.9, text, color, hover, "right")
+
+
+def _maintenance_band(fig: go.Figure, band: dict) -> None:
+    """A maintenance window: a pale band over both rows, its reason at the foot of the chart."""
+    fig.add_vrect(
+        x0=_wall(band["start"]), x1=_wall(band["end"]), fillcolor=MAINTENANCE_COLOR,
+        opacity=0.3, line_width=0, layer="below", row="all", col=1,
+    )  # fmt: skip
+    at, anchor = band.get("label_at", band["start"]), band.get("anchor", "left")
+    _label(fig, at, 0.0, band["text"], "#3182bd", band["detail"], anchor, "bottom")
+
+
+def _wall(moment: pd.Timestamp) -> pd.Timestamp:
+    """`moment` as UTC wall time, the form pandas sends a column of points in (Plotly reads
+    dates as wall times and would ignore an offset anyway)."""
+    moment = pd.Timestamp(moment)
+    return moment.tz_convert("UTC").tz_localize(None) if moment.tzinfo else moment
+
+
+def _label(
+    fig: go.Figure,
+    x: pd.Timestamp,
+    y: float,
+    text: str,
+    color: str,
+    hover: str,
+    xanchor: str,
+    yanchor: str = "top",
+) -> None:
+    """A text on the upper chart at `x` and the height `y` of its domain (0 bottom, 1 top)."""
     fig.add_annotation(
-        x=span["start"],
-        y=1.0,
-        yref="y domain",
-        text=span["text"],
-        showarrow=False,
-        xanchor="left",
-        yanchor="top",
-        font={"color": color, "size": 11},
-        hovertext=f"{span['series']}: {span['metric']}. {span['detail']}",
-    )
+        x=_wall(x), y=y, yref="y domain", text=text, showarrow=False, xanchor=xanchor,
+        yanchor=yanchor, font={"color": color, "size": 11}, hovertext=hover,
+    )  # fmt: skip
 
 
 def budgets(table: pd.DataFrame) -> go.Figure:

@@ -182,6 +182,20 @@ class Runs(Table):
             [*OWN_ERRORS, since],
         )
 
+    def last_reached(self, since: str | None = None, **series: Any) -> str | None:
+        """When the newest run of the filters (one series' dimensions) since `since` that
+        reached the substrate started, rtax's own errors left out (None: none did): a status
+        card's evidence once its newest runs are all rtax's own errors. Walks the runs index
+        (substrate, tier, steps, started_at) from the newest down to the first such run."""
+        where, params = _where({**series, "since": since}, prefix="", allowed=RUN_FILTERS)
+        clause = f"{where} AND" if where else "WHERE"
+        row = self._one(
+            f"SELECT started_at FROM runs {clause} coalesce(error_class, '') NOT IN "
+            f"({marks(OWN_ERRORS)}) ORDER BY started_at DESC LIMIT 1",
+            [*params, *OWN_ERRORS],
+        )
+        return row[0] if row else None
+
     def slo_counts(
         self, objective: Objective, sinces: Sequence[str], **series: Any
     ) -> list[Counts]:
