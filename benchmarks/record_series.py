@@ -64,6 +64,8 @@ def record(db: Path, target: int, batch: int, only: tuple[str, ...] = ()) -> Non
             started = time.time()
             loads["before"] = os.getloadavg()[0]
             result = rtax.probe(rtax.Probe(substrate, tier=tier, repeat=batch, db=db))
+            if result.interrupted is not None:  # Ctrl-C or SIGTERM: what was stored is kept
+                raise SystemExit(f"interrupted; {db} keeps what it stored")
             with sidecar.open("a") as out:  # the host's load when each batch began
                 for r in result.records:
                     out.write(f"{r.run['run_id']} {loads['before']:.2f}\n")
