@@ -33,11 +33,13 @@ lock: venv
 fixtures: venv
 	$(PY) -m rtax fixtures
 
-# A Docker engine with gVisor's runsc runtime (installed and started when this machine allows it;
-# required under CI=true), Debian's podman for the podman kind (likewise), then the runner image
-# when it is missing or stale.
+# A Docker engine with gVisor's runsc runtime and checkpoints (installed and started when this
+# machine allows it; required under CI=true), a CRIU that works on this kernel for runc and
+# podman checkpoints (built from source, scripts/ensure-criu.sh), Debian's podman for the podman
+# kind (likewise), then the runner image when it is missing or stale.
 docker: fixtures
 	bash scripts/ensure-docker.sh
+	bash scripts/ensure-criu.sh
 	bash scripts/ensure-podman.sh
 	@if docker info >/dev/null 2>&1; then $(PY) -m rtax image build; fi
 

@@ -17,6 +17,10 @@
 #                       /proc/sys/net/core/rmem_default in every network namespace ("cannot run
 #                       with network enabled in root network namespace"); with host, runsc uses
 #                       the container's namespace (Docker's bridge) directly.
+# Why "experimental": true: Docker 20.10's checkpoint API (`docker checkpoint create`, `start
+# --checkpoint`), which the restore and fork launch paths use (docs/measurement.md#launch-paths),
+# exists only on an experimental daemon. It is not reloadable: a running engine without it is
+# restarted once (its containers stop; rtax's own are reaped by their owners' next reap).
 set -uo pipefail
 
 LOG=/var/log/rtax-dockerd.log
@@ -116,6 +120,7 @@ if os.path.exists(path):
         text = f.read()
     conf = json.loads(text) if text.strip() else {}
 conf.setdefault("runtimes", {})["runsc"] = {"path": binary, "runtimeArgs": args}
+conf["experimental"] = True
 with open(path + ".tmp", "w") as f:
     json.dump(conf, f, indent=2)
 os.replace(path + ".tmp", path)
@@ -123,7 +128,19 @@ PY
 }
 
 daemon_json_ok() {
-    [ "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("runtimes", {}).get("runsc")))' "$DAEMON_JSON" 2>/dev/null | canonical)" = "$(wanted_runtime)" ]
+    [ "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("runtimes", {}).get("runsc")))' "$DAEMON_JSON" 2>/dev/null | canonical)" = "$(wanted_runtime)" ] &&
+        python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1])).get("experimental") is not True)' "$DAEMON_JSON" 2>/dev/null
+}
+
+engine_experimental() { [ "$(docker version --format '{{.Server.Experimental}}' 2>/dev/null)" = true ]; }
+
+stop_engine() {
+    # Experimental mode is read at start only: stop dockerd (and its containerd), bounded.
+    echo "ensure-docker: restarting dockerd for \"experimental\": true (running containers stop)" >&2
+    pkill -TERM -x dockerd || true
+    for _ in $(seq 100); do pgrep -x dockerd >/dev/null || break; sleep 0.2; done  # bounded
+    pkill -TERM -x containerd || true
+    for _ in $(seq 50); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
 }
 
 reload_engine() {
@@ -133,11 +150,13 @@ reload_engine() {
     return 1
 }
 
-if engine_up && engine_runsc_ok && runsc_current; then
+if engine_up && engine_runsc_ok && runsc_current && engine_experimental; then
     exit 0
 fi
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    engine_up && engine_runsc_ok && runsc_current &&
+        fail_or_note "the Docker engine is not experimental (checkpoints need \"experimental\": true in $DAEMON_JSON) and this user can't restart it"
     engine_up && have_runsc_runtime &&
         fail_or_note "the Docker engine's runsc is not $RUNSC_BIN (>= $RUNSC_MIN_BUILD) with $RUNSC_ARGS, and this user can't install it"
     engine_up && fail_or_note "the Docker engine has no runsc runtime and this user can't add it"
@@ -174,6 +193,9 @@ fi
 if engine_up && ! engine_runsc_ok; then
     reload_engine || true
 fi
+if engine_up && ! engine_experimental; then
+    stop_engine
+fi
 
 if ! engine_up; then
     # A dockerd killed with its session leaves its pid file behind, and a new one refuses to start.
@@ -185,5 +207,6 @@ if ! engine_up; then
     wait_engine 90 $! || fail_or_note "dockerd did not answer within 90 s (see $LOG: $(tail -n 3 "$LOG" | tr '\n' ' '))"
 fi
 
+engine_experimental || fail_or_note "the Docker engine is not experimental after configuring it (checkpoints need it)"
 engine_runsc_ok || fail_or_note "the Docker engine's runsc is not $RUNSC_BIN with $RUNSC_ARGS after configuring it (docker info: $(docker info --format '{{json .Runtimes.runsc}}' 2>&1))"
 echo "ensure-docker: engine $(docker version --format '{{.Server.Version}}') with $("$RUNSC_BIN" --version | head -n 1) ($RUNSC_ARGS) is up" >&2
