@@ -159,8 +159,6 @@ def test_no_predicate_takes_a_bool_for_a_number(value: bool) -> None:
 #: Where a ``bool`` test outside rtax.core.checks is not a validator: it turns a value into
 #: something to show or write (module path, function), and says why it stays.
 NOT_VALIDATORS = {
-    # a stored value as a float or None for the exposition: True is not a latency
-    ("rtax/service/prometheus.py", "_number"),
     # TOML's spelling of a boolean when the fault suite writes a configuration
     ("rtax/faultsuite/scenario.py", "_toml"),
     # "yes"/"no" in a dashboard table

@@ -38,7 +38,6 @@ burn stops), and the few moments it holds none wait for the next rollout.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,6 +50,7 @@ import pandas as pd
 from rtax.analysis import stats
 from rtax.analysis.incidents import COLUMNS, Finding, Verdict, stamp
 from rtax.analysis.rules import LATENCY_METRICS, Rule
+from rtax.core.checks import finite
 from rtax.core.failures import OWN_ERRORS
 from rtax.core.series import Selector, Series
 
@@ -209,7 +209,7 @@ def event(run: Mapping[str, Any], objective: Objective) -> bool | None:
     ok = run.get("status") == "ok"
     if not objective.is_latency:
         return ok
-    value = _number(run.get(str(objective.column))) if ok else None
+    value = finite(run.get(str(objective.column))) if ok else None
     if value is None or value <= 0:
         return None
     return value <= float(objective.threshold_s or 0.0)
@@ -411,16 +411,6 @@ def _covered(runs: pd.DataFrame, objective: Objective) -> bool:
 def _rate(objective: Objective, counts: Counts) -> str:
     rate = burn_rate(objective, counts)
     return "n/a" if rate is None else f"{rate:.3g}x"
-
-
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def span(seconds: float) -> str:

@@ -43,6 +43,19 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def finite(value: Any) -> float | None:
+    """A stored value as a float, or None where it is none (NULL, pandas' NaN, text, or a
+    ``bool``: True is not a latency). For readers of stored rows, where a missing number is
+    normal; the configuration's readers reject instead."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def is_positive(value: Any) -> bool:
     """A finite number above 0."""
     return is_number(value) and value > 0

@@ -36,6 +36,7 @@ from typing import Any
 
 from rtax.analysis import slo
 from rtax.analysis.slo import Objective
+from rtax.core.checks import finite
 from rtax.core.failures import HARNESS_ERROR, OWN_ERRORS
 from rtax.core.record import PHASES, RolloutRecord
 from rtax.core.series import DIMENSIONS, Series
@@ -178,10 +179,10 @@ class Metrics:
             (self.time_to_first_command, "time_to_first_command_s"),
             (self.episode, "episode_s"),
         ):
-            if (value := _number(run.get(column))) is not None:
+            if (value := finite(run.get(column))) is not None:
                 histogram.labels(*labels).observe(value)
         for phase in PHASES:
-            if (value := _number(run.get(f"{phase}_s"))) is not None:
+            if (value := finite(run.get(f"{phase}_s"))) is not None:
                 self.phase.labels(*labels, phase).observe(value)
 
     def seed(self, store: Store, days: float = SEED_DAYS) -> int:
@@ -292,17 +293,6 @@ def serve(metrics: Metrics, settings: MetricsSettings, log: logging.Logger) -> E
         return None
     log.info("metrics: serving %s", endpoint.url)
     return endpoint
-
-
-def _number(value: Any) -> float | None:
-    """`value` as a finite float, or None (NULL, NaN from pandas, not a number)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _epoch(value: Any) -> float | None:
