@@ -26,6 +26,7 @@ from rtax.assets.attrs import Fixture, GitServer
 from rtax.core import paths
 from rtax.core.failures import HarnessError, SubstrateError
 from rtax.core.options import RolloutOptions
+from rtax.core.provenance import origin
 from rtax.core.workloads import RepoSource
 from rtax.settings import Config, ConfigError, SubstrateConfig
 from rtax.settings import config as configuration
@@ -33,6 +34,7 @@ from rtax.store.database import Store
 from rtax.substrates import NAMED, UnknownSubstrate, build_substrate, names
 from rtax.substrates.base import Substrate, require_host_address
 from rtax.substrates.pool import WarmPool
+from rtax.substrates.restore import Restorer
 
 Log = Callable[[str], None]
 #: Builds a substrate from its configuration entry and overrides (injectable: tests hand in
@@ -155,7 +157,7 @@ class Composition:
         self.probe_options = RolloutOptions(deadline_s=deadline_s)
         #: (name, overrides) -> the warm pool rollouts of that entry claim from, kept until
         #: `close` (docs/configuration.md#warm-pools)
-        self.pools: dict[tuple[str, tuple[tuple[str, Any], ...]], WarmPool] = {}
+        self.pools: dict[tuple[str, tuple[tuple[str, Any], ...]], WarmPool | Restorer] = {}
         self._pools_lock = threading.Lock()
 
     # -- names -> substrates -----------------------------------------------------------------
@@ -216,13 +218,24 @@ class Composition:
         first use, one per entry and overrides, filled by `prepare`, closed by `close`), else
         a new substrate (`build`). Only rollouts claim: the reaper and `prepare`-only checks
         use `build`, so a pool is never closed by someone who merely listed leftovers."""
-        if conf.pool is None:
+        if conf.pool is None and conf.launch != "restore":
             return self.build(conf, overrides)
         key = (conf.name, tuple(sorted((overrides or {}).items())))
+        opt = self.probe_options
         with self._pools_lock:
             pool = self.pools.get(key)
-            if pool is None:
-                opt = self.probe_options
+            if pool is None and conf.launch == "restore":
+                pool = Restorer(
+                    self.factory(conf, overrides or {}),
+                    running_timeout_s=opt.running_timeout_s,
+                    ready_timeout_s=opt.ready_timeout_s,
+                    ready_interval_s=opt.ready_interval_s,
+                    cleanup_timeout_s=opt.cleanup_timeout_s,
+                    on_snapshot=self._record_snapshot,
+                )
+                self.pools[key] = pool
+            elif pool is None:
+                assert conf.pool is not None
                 pool = WarmPool(
                     self.factory(conf, overrides or {}),
                     conf.pool,
@@ -231,9 +244,18 @@ class Composition:
                     ready_timeout_s=opt.ready_timeout_s,
                     ready_interval_s=opt.ready_interval_s,
                     cleanup_timeout_s=opt.cleanup_timeout_s,
+                    paused=conf.launch == "resume",
                 )
                 self.pools[key] = pool
         return pool
+
+    def _record_snapshot(self, row: dict[str, Any]) -> None:
+        """Keep a snapshot the restore path made (its time and size are measurements)."""
+        store = self.store()
+        try:
+            store.snapshots.add({**row, **origin()})
+        finally:
+            store.close()
 
     def substrate(self, name: str, *, pooled: bool = False, **overrides: Any) -> Substrate:
         """The substrate called `name` (overrides of None are dropped); with `pooled`, what

@@ -27,6 +27,10 @@ LOG=/var/log/rtax-dockerd.log
 DAEMON_JSON=/etc/docker/daemon.json
 RUNSC_BIN=/usr/local/bin/runsc
 RUNSC_ARGS='["--network=host", "--platform=systrap"]'
+# The runtime of containers that are snapshotted and restored (docs/measurement.md#launch-paths):
+# runsc refuses to checkpoint a sandbox with --network=host ("checkpoint not supported when
+# using hostinet"), so this one has no network.
+RUNSC_CHECKPOINT_ARGS='["--network=none", "--platform=systrap"]'
 RUNSC_SUITE=trixie
 #: The oldest runsc build (YYYYMMDD) that runs every workload action (coreutils 9's statx).
 RUNSC_MIN_BUILD=20240729
@@ -93,16 +97,17 @@ install_runsc() {
 }
 
 # What daemon.json / `docker info` should say for runsc, as one canonical JSON line.
-wanted_runtime() {
+wanted_runtime() {  # wanted_runtime [ARGS]
     python3 -c 'import json,sys; print(json.dumps({"path": sys.argv[1], "runtimeArgs": json.loads(sys.argv[2])}, sort_keys=True))' \
-        "$RUNSC_BIN" "$RUNSC_ARGS"
+        "$RUNSC_BIN" "${1:-$RUNSC_ARGS}"
 }
 
 canonical() { python3 -c 'import json,sys; print(json.dumps(json.loads(sys.stdin.read() or "null"), sort_keys=True))' 2>/dev/null; }
 
 # The running engine has runsc registered exactly as wanted (path and flags).
 engine_runsc_ok() {
-    [ "$(docker info --format '{{json .Runtimes.runsc}}' 2>/dev/null | canonical)" = "$(wanted_runtime)" ]
+    [ "$(docker info --format '{{json .Runtimes.runsc}}' 2>/dev/null | canonical)" = "$(wanted_runtime)" ] &&
+        [ "$(docker info --format '{{json (index .Runtimes "runsc-checkpoint")}}' 2>/dev/null | canonical)" = "$(wanted_runtime "$RUNSC_CHECKPOINT_ARGS")" ]
 }
 
 have_runsc_runtime() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
@@ -111,15 +116,16 @@ configure_runsc() {
     # Merge the runsc runtime into daemon.json, keeping whatever else is configured there and
     # replacing an older runsc entry (path or flags).
     mkdir -p /etc/docker
-    python3 - "$DAEMON_JSON" "$RUNSC_BIN" "$RUNSC_ARGS" <<'PY'
+    python3 - "$DAEMON_JSON" "$RUNSC_BIN" "$RUNSC_ARGS" "$RUNSC_CHECKPOINT_ARGS" <<'PY'
 import json, os, sys
-path, binary, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+path, binary, args, checkpoint_args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 conf = {}
 if os.path.exists(path):
     with open(path) as f:
         text = f.read()
     conf = json.loads(text) if text.strip() else {}
 conf.setdefault("runtimes", {})["runsc"] = {"path": binary, "runtimeArgs": args}
+conf["runtimes"]["runsc-checkpoint"] = {"path": binary, "runtimeArgs": checkpoint_args}
 conf["experimental"] = True
 with open(path + ".tmp", "w") as f:
     json.dump(conf, f, indent=2)
@@ -129,6 +135,7 @@ PY
 
 daemon_json_ok() {
     [ "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("runtimes", {}).get("runsc")))' "$DAEMON_JSON" 2>/dev/null | canonical)" = "$(wanted_runtime)" ] &&
+        [ "$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("runtimes", {}).get("runsc-checkpoint")))' "$DAEMON_JSON" 2>/dev/null | canonical)" = "$(wanted_runtime "$RUNSC_CHECKPOINT_ARGS")" ] &&
         python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1])).get("experimental") is not True)' "$DAEMON_JSON" 2>/dev/null
 }
 

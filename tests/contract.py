@@ -16,7 +16,7 @@ import pytest
 from polling import DEADLINE_S
 from rtax.core import workloads
 from rtax.core.options import RolloutOptions
-from rtax.core.record import PHASES, RolloutRecord
+from rtax.core.record import PHASES, START_PHASES, RolloutRecord, phases_of
 from rtax.core.workloads import Action, RepoSource, Workload
 from rtax.rollouts.rollout import run_rollout
 from rtax.store.database import Store
@@ -38,12 +38,11 @@ def assert_phases_add_up(record: RolloutRecord) -> None:
         run["actions_s"] or 0.0, abs=1e-9
     )
     if run["status"] == "ok":
-        if run["launch_type"] == "warm":  # claimed from a warm pool: nothing made in the run
-            assert run["create_s"] is run["orchestration_s"] is run["ready_s"] is None
-            ttfc = run["claim_s"]
-        else:
-            assert run["claim_s"] is None
-            ttfc = run["create_s"] + run["orchestration_s"] + run["ready_s"]
+        own = START_PHASES[run["launch_type"]]  # e.g. claim, then its first `true`
+        for phase in PHASES:
+            if phase not in phases_of(run["launch_type"]):
+                assert run[f"{phase}_s"] is None, (phase, run)
+        ttfc = sum(run[f"{p}_s"] for p in own)
         assert run["time_to_first_command_s"] == pytest.approx(ttfc)
         assert run["time_to_first_command_s"] <= run["episode_s"] <= run["wall_s"]
 
@@ -88,11 +87,14 @@ class SubstrateContract:
         record = self.rollout(substrate, workloads.build("T0"))
         assert record.ok, record.run
         assert record.run["fidelity"] == substrate.fidelity
-        # a warm start's ready command ran in the pool, before the rollout
-        first = [] if record.run["launch_type"] == "warm" else ["ready"]
-        assert [a["phase"] for a in record.actions] == [*first, "action"]
+        # every launch type runs its first `true` in the rollout's ready phase, so a warm
+        # time to first command includes a command as a cold one does
+        # (a restore's only set-up is its state check: the snapshot holds the rest)
+        check = ["setup"] if record.run["launch_type"] == "restore" else []
+        assert [a["phase"] for a in record.actions] == ["ready", *check, "action"]
         store.save_rollout(record)
-        assert store.runs.count() == 1 and store.runs.count_actions() == len(first) + 1
+        assert store.runs.count() == 1
+        assert store.runs.count_actions() == len(record.actions)
 
     def test_t1(self, substrate: Substrate) -> None:
         record = self.rollout(substrate, workloads.build("T1"))
@@ -158,6 +160,10 @@ class SubstrateContract:
         failed = [a for a in record.actions if a.get("ok") == 0]
         assert record.ok, (record.run["error_message"], failed)
         ran = [a["command"] for a in record.actions if a["phase"] in ("setup", "action")]
+        if record.run["launch_type"] == "restore":  # the clone is in the snapshot
+            assert [a["category"] for a in record.actions if a["phase"] == "setup"] == ["check"]
+            ran = ran[1:]
+            templates = [a for a in templates if a.category != "setup"]
         assert ran == [a.command for a in templates]
 
     def test_hung_command_is_killed_at_its_timeout(self, substrate: Substrate) -> None:

@@ -303,8 +303,9 @@ def test_a_rollout_on_a_local_pool_is_warm_and_destroys_what_it_claimed(
     claimed = made["env_id"]
     assert not Path(claimed).exists()  # destroyed by its rollout, never back in the pool
     assert warm.run["cleanup_ok"] == 1 and warm.run["cleanup_s"] > 0
-    assert warm.run["time_to_first_command_s"] == warm.run["claim_s"]
-    assert [a["phase"] for a in warm.actions] == ["action"]
+    # the claim, then its first `true`, as a cold rollout's (docs/measurement.md#launch-paths)
+    assert warm.run["time_to_first_command_s"] == warm.run["claim_s"] + warm.run["ready_s"]
+    assert [a["phase"] for a in warm.actions] == ["ready", "action"]
     wait_for(lambda: pool.counts()["ready"] == 2, "the claimed slot refilled")
     pool.close_pool()
     assert inner.leftovers() == []
@@ -433,5 +434,5 @@ def test_cli_probe_claims_from_a_configured_pool_and_leaves_nothing(
         runs = store.runs.read()
     assert list(runs["launch_type"]) == ["warm"] * 3 and list(runs["status"]) == ["ok"] * 3
     assert runs["create_s"].isna().all() and (runs["claim_s"] > 0).all()
-    assert (runs["time_to_first_command_s"] == runs["claim_s"]).all()
+    assert (runs["time_to_first_command_s"] == runs["claim_s"] + runs["ready_s"]).all()
     assert _left_in_docker() == ""  # the pool went with the command

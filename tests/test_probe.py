@@ -353,6 +353,10 @@ class _Pooled(FakeSubstrate):
 
     claim_s = 0.0625
     refuse: Exception | None = None
+    launch_type = "warm"
+
+    def setup_of(self, setup: tuple[Action, ...]) -> tuple[Action, ...]:
+        return setup
 
     def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:
         self.calls.append("claim")
@@ -365,24 +369,28 @@ class _Pooled(FakeSubstrate):
         return env
 
 
-def test_a_warm_start_claims_instead_of_creating_and_its_first_command_is_the_claim() -> None:
+def test_a_warm_start_claims_instead_of_creating_then_runs_its_first_command() -> None:
+    """The claim replaces create and orchestration; its first `true` is the ready phase, as a
+    cold start's (docs/measurement.md#launch-paths): time to first command is claim + ready."""
     clock = FakeClock()
-    sub = _Pooled(clock, DURATIONS, {"a": (0.5, 0, "ok"), "b": (0.25, 0, "ok")})
+    sub = _Pooled(
+        clock, DURATIONS, {"true": (0.125, 0, ""), "a": (0.5, 0, "ok"), "b": (0.25, 0, "ok")}
+    )
     workload = Workload("T1", 0, 0, actions=(Action("exec", "a"), Action("exec", "b")))
     record = _run(sub, clock, workload, deadline_s=600, cleanup_timeout_s=60)
     run = record.run
     assert run["status"] == "ok", run["error_message"]
     assert run["launch_type"] == "warm"
-    assert sub.calls == ["claim", "a", "b", "destroy"]  # nothing made, no ready command
+    assert sub.calls == ["claim", "true", "a", "b", "destroy"]  # nothing made
     assert sub.asked == (660, 300 + 120)  # its lifetime; as long as a cold start may wait
-    assert (run["create_s"], run["orchestration_s"], run["ready_s"]) == (None, None, None)
+    assert (run["create_s"], run["orchestration_s"], run["ready_s"]) == (None, None, 0.125)
     assert run["claim_s"] == 0.0625
-    assert run["time_to_first_command_s"] == 0.0625
-    assert run["episode_s"] == pytest.approx(0.0625 + 0.75)
-    assert run["wall_s"] == pytest.approx(0.0625 + 0.75 + 0.75)  # + cleanup
+    assert run["time_to_first_command_s"] == 0.0625 + 0.125
+    assert run["episode_s"] == pytest.approx(0.0625 + 0.125 + 0.75)
+    assert run["wall_s"] == pytest.approx(0.0625 + 0.125 + 0.75 + 0.75)  # + cleanup
     assert run["overhead_s"] == pytest.approx(0.0, abs=1e-12)
-    assert [a["phase"] for a in record.actions] == ["action", "action"]
-    assert [a["t_offset_s"] for a in record.actions] == pytest.approx([0.0625, 0.5625])
+    assert [a["phase"] for a in record.actions] == ["ready", "action", "action"]
+    assert [a["t_offset_s"] for a in record.actions] == pytest.approx([0.0625, 0.1875, 0.6875])
     assert json.loads(run["provenance"])["pool"]["time_to_first_command_s"] == 3.875
 
 

@@ -138,8 +138,9 @@ def test_a_rollout_and_a_failed_record_have_exactly_the_same_keys(fail: bool) ->
 
 def test_a_finished_rollout_row_derives_what_the_model_says() -> None:
     run = run_rollout(_Fake(), _WORKLOAD, run_id="r1").run
-    assert run["launch_type"] == "cold" and run["claim_s"] is None  # it made its environment
-    phases = [run[c] for c in record.PHASE_COLUMNS if c != "claim_s"]
+    assert run["launch_type"] == "cold"  # it made its environment: no other launch phase
+    assert (run["claim_s"], run["restore_s"], run["resume_s"]) == (None, None, None)
+    phases = [run[f"{p}_s"] for p in record.phases_of("cold")] + [run["overhead_s"]]
     assert sum(phases) == pytest.approx(run["wall_s"])
     first = ("create", "orchestration", "ready")
     assert run["time_to_first_command_s"] == pytest.approx(sum(run[f"{p}_s"] for p in first))
@@ -209,10 +210,11 @@ def test_time_to_first_command_needs_a_successful_ready_command() -> None:
     assert row["overhead_s"] == 1.0
 
 
-def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
-    """Warm (docs/measurement.md#warm-pools): no ready command ran in the run, the pool's
-    handover is what makes its first command possible; a claim that handed nothing over
-    (it timed out) has no time to first command, and its wait still counts in the wall."""
+def test_every_launch_types_first_command_ends_at_its_first_successful_command() -> None:
+    """Warm, restore and resume (docs/measurement.md#launch-paths): the handover phase, then
+    the ready phase's first `true`, as a cold run's create and orchestration are followed by
+    it, so time to first command means one thing on every path; a claim that handed nothing
+    over (it timed out) has no time to first command, and its wait still counts in the wall."""
     warm = RolloutIdentity("s", "k", "real", "T0", launch_type="warm")
     kw = dict(
         run_id="r",
@@ -221,14 +223,30 @@ def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
         error_message=None,
         provenance=origin(),
     )
-    phases = {"claim": 0.25, "actions": 0.5, "cleanup": 0.125}
-    row = run_row(warm, **kw, timings=Timings(phases=phases, wall_s=1.0, claimed=True))
-    assert (row["time_to_first_command_s"], row["claim_s"], row["create_s"]) == (0.25, 0.25, None)
-    assert row["overhead_s"] == 0.125 and row["launch_type"] == "warm"
+    ready = [{"phase": "ready", "ok": 1}]
+    phases = {"claim": 0.25, "ready": 0.0625, "actions": 0.5, "cleanup": 0.125}
+    timings = Timings(phases=phases, wall_s=1.0, actions=ready, launch_type="warm")
+    row = run_row(warm, **kw, timings=timings)
+    assert (row["time_to_first_command_s"], row["claim_s"], row["create_s"]) == (
+        0.3125,
+        0.25,
+        None,
+    )
+    assert row["overhead_s"] == 0.0625 and row["launch_type"] == "warm"
+    for launch in ("restore", "resume"):
+        own = {launch: 0.5, "ready": 0.25, "actions": 0.125}
+        done = run_row(
+            replace(warm, launch_type=launch),
+            **kw,
+            timings=Timings(phases=own, wall_s=1.0, actions=ready, launch_type=launch),
+        )
+        assert done["time_to_first_command_s"] == 0.75 and done[f"{launch}_s"] == 0.5
+    refused = Timings(phases=phases, wall_s=1.0, actions=[{"phase": "ready", "ok": 0}])
+    assert run_row(warm, **kw, timings=refused)["time_to_first_command_s"] is None
     waited = run_row(
         warm,
         **{**kw, "error_class": "claim_timeout"},
-        timings=Timings(phases={"claim": 1.0}, wall_s=1.0),
+        timings=Timings(phases={"claim": 1.0}, wall_s=1.0, launch_type="warm"),
     )
     assert waited["time_to_first_command_s"] is None and waited["overhead_s"] == 0.0
     cold = replace(warm, launch_type="cold")
@@ -236,7 +254,8 @@ def test_a_warm_runs_first_command_is_its_claim_once_handed_over() -> None:
         run_row(cold, **kw, timings=Timings(phases=phases, wall_s=1.0))["time_to_first_command_s"]
         is None
     )
-    assert record.phases_of("warm") == ("claim", "setup", "actions", "cleanup")
+    assert record.phases_of("warm") == ("claim", "ready", "setup", "actions", "cleanup")
+    assert record.phases_of("restore") == ("restore", "ready", "setup", "actions", "cleanup")
     assert record.phases_of(None) == record.phases_of("cold")
     assert "claim" not in record.phases_of("cold")
     with pytest.raises(ValueError, match="launch_type"):

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from rtax.analysis import stats
 from rtax.analysis.stats import TrajectoryFit
-from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS
+from rtax.core.record import METRIC_COLUMNS, PHASE_COLUMNS, phases_of
 from rtax.core.series import DIMENSIONS
 
 #: The phases of a cold run (a warm one has claim_s instead of create … ready).
-COLD = tuple(c for c in PHASE_COLUMNS if c != "claim_s")
+COLD = (*(f"{p}_s" for p in phases_of("cold")), "overhead_s")
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -52,7 +52,7 @@ def run(
         "time_to_first_command_s": sum(phases[:3]),
         "n_actions": n_actions,
         **dict(zip(COLD, phases, strict=True)),
-        "claim_s": None,
+        **dict.fromkeys(("claim_s", "restore_s", "resume_s")),
     }
     row.update(extra)
     return row

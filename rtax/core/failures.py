@@ -73,6 +73,22 @@ class CleanupFailed(SubstrateError):
     error_class = "cleanup_failed"
 
 
+class RestoreCorrupt(SubstrateError):
+    """An environment restored from a snapshot did not hold what the snapshot was taken with
+    (its state check: a file and a value held in a process's memory): a restore that loses
+    state is the substrate's failure, however fast it was."""
+
+    error_class = "restore_corrupt"
+
+
+class NotSupported(SubstrateError):
+    """The runtime can't do what a launch path asks (a snapshot, a pause): said before any
+    rollout runs, never as a slow failure."""
+
+    error_class = "not_supported"
+    permanent = True
+
+
 class ClaimTimeout(SubstrateError):
     """A warm pool had no environment to hand over within the claim's timeout (it stayed empty:
     its refills were too slow, or kept failing; the message says which)."""

@@ -29,7 +29,7 @@ SUBSTRATES: dict[str, str] = {
 NAMED: dict[str, tuple[str, dict[str, Any]]] = {
     "local": ("local", {}),
     "docker": ("docker", {}),
-    "docker-gvisor": ("docker", {"runtime": "runsc"}),
+    "docker-gvisor": ("docker", {"runtime": "runsc", "snapshot_runtime": "runsc-checkpoint"}),
     "podman": ("podman", {}),
     # The clouds, configured by their clients' usual environment (kubeconfig, AWS's credential
     # chain, DAYTONA_API_KEY); while `rtax emulate` runs, the CLI points them at the emulation.

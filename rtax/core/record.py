@@ -28,27 +28,40 @@ from rtax.core.series import LOCAL_VANTAGE
 PHASE_MEANINGS: dict[str, str] = {
     "create": "request sent → the API accepted and returned",
     "orchestration": "accepted → the substrate reports it running",
-    "ready": "running → the first no-op command succeeded",
-    "claim": "warm: claim asked → a pooled, ready environment handed over",
+    "claim": "warm: claim asked → a pooled, running environment handed over",
+    "restore": "restore: restore asked → a fresh environment from a snapshot running",
+    "resume": "resume: resume asked → a paused environment running again",
+    "ready": "running (or handed over) → the first no-op command succeeded",
     "setup": "the tier's fixed setup (T2: clone)",
     "actions": "the trajectory's actions, summed",
     "cleanup": "delete sent → verified gone",
 }
 PHASES: tuple[str, ...] = tuple(PHASE_MEANINGS)
-#: How a rollout got its environment (docs/measurement.md#warm-pools): ``cold`` made it
-#: (create, orchestration, ready), ``warm`` claimed one from a pool (claim). Two series, never one.
-LAUNCH_TYPES: tuple[str, ...] = ("cold", "warm")
-#: The phases up to the first command, per launch type; every other phase is both's.
+#: Phases added after the first schema, whose columns come at the end of runs.
+_LATER = frozenset({"claim", "restore", "resume"})
+#: How a rollout got its environment (docs/measurement.md#launch-paths): ``cold`` made it
+#: (create, orchestration), ``warm`` claimed one from a pool of running ones, ``restore`` made a
+#: fresh one from a snapshot taken after set-up, ``resume`` unpaused a paused one. Each is a
+#: series of its own, never mixed with another.
+LAUNCH_TYPES: tuple[str, ...] = ("cold", "warm", "restore", "resume")
+#: The phases up to the first command, per launch type: the launch's own, then ``ready``, the
+#: first no-op command that succeeded, on every launch type alike (so that time to first
+#: command means one thing for all four).
 START_PHASES: dict[str, tuple[str, ...]] = {
     "cold": ("create", "orchestration", "ready"),
-    "warm": ("claim",),
+    "warm": ("claim", "ready"),
+    "restore": ("restore", "ready"),
+    "resume": ("resume", "ready"),
 }
+#: The phase a launched environment is handed over in, per launch type other than cold.
+LAUNCH_PHASE: dict[str, str] = {"warm": "claim", "restore": "restore", "resume": "resume"}
 
 
 def phases_of(launch_type: str | None) -> tuple[str, ...]:
     """The phases a rollout of `launch_type` has (None: an old row, cold)."""
-    other = START_PHASES["cold" if launch_type == "warm" else "warm"]
-    return tuple(p for p in PHASES if p not in other)
+    own = START_PHASES[launch_type or "cold"]
+    others = {p for phases in START_PHASES.values() for p in phases} - set(own)
+    return tuple(p for p in PHASES if p not in others)
 
 
 #: The parts of a rollout's wall time: its phases and the harness's own overhead. They add up.
@@ -56,9 +69,10 @@ PHASE_COLUMNS: tuple[str, ...] = (*(f"{p}_s" for p in PHASES), "overhead_s")
 #: Per phase, the poll gap at which its end was detected (docs/measurement.md#resolution).
 RESOLUTION_COLUMNS: tuple[str, ...] = tuple(f"{p}_res_s" for p in PHASES)
 #: The derived per-run metrics and the phases each one spans (so its resolution is theirs, summed).
+_STARTS: tuple[str, ...] = ("create", "orchestration", "claim", "restore", "resume", "ready")
 METRIC_PHASES: dict[str, tuple[str, ...]] = {
-    "time_to_first_command_s": ("create", "orchestration", "ready", "claim"),
-    "episode_s": ("create", "orchestration", "ready", "claim", "setup", "actions"),
+    "time_to_first_command_s": _STARTS,
+    "episode_s": (*_STARTS, "setup", "actions"),
     "wall_s": PHASES,
 }
 METRIC_COLUMNS: tuple[str, ...] = tuple(METRIC_PHASES)
@@ -101,20 +115,26 @@ RUN_FIELDS: tuple[Field, ...] = (
     *(
         Field(f"{p}_s", float, f"{p} phase (s): {m}", page=True)
         for p, m in PHASE_MEANINGS.items()
-        if p != "claim"  # added later (v10), at the end
+        if p not in _LATER  # added later (v10, v13), at the end
     ),
     Field("overhead_s", float, "wall time minus the phases: the harness's own cost (s)", page=True),
-    Field("wall_s", float, "the create (warm: claim) request → the end of cleanup (s)", page=True),
+    Field(
+        "wall_s",
+        float,
+        "the create (or claim, restore, resume) request → the end of cleanup (s)",
+        page=True,
+    ),
     Field(
         "time_to_first_command_s",
         float,
-        "create + orchestration + ready (s), warm: claim; NULL unless it got there",
+        "the launch's phases + ready (cold: create + orchestration + ready) (s), to the first "
+        "successful command on every launch type; NULL unless it got there",
         page=True,
     ),
     Field(
         "episode_s",
         float,
-        "the create (warm: claim) request → the end of the last action (s); NULL if not reached",
+        "the launch request → the end of the last action (s); NULL if not reached",
         page=True,
     ),
     Field("n_actions", int, "actions in the workload", page=True),
@@ -136,7 +156,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     *(
         Field(f"{p}_res_s", float, f"resolution of the {p} phase's end (s)", since=5, page=True)
         for p in PHASES
-        if p != "claim"
+        if p not in _LATER
     ),
     Field("toolchain", str, "the workload toolchain's digest", since=6, page=True),
     Field("load_id", str, "the load run that launched it (docs/load.md); NULL if none", since=9),
@@ -146,7 +166,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field(
         "launch_type",
         str,
-        "cold (made: create, orchestration, ready) or warm (claimed from a pool)",
+        "cold (made), warm (claimed from a pool), restore (from a snapshot) or resume (unpaused)",
         since=10,
         page=True,
     ),
@@ -156,6 +176,16 @@ RUN_FIELDS: tuple[Field, ...] = (
         "where the probe ran (docs/ray.md#vantages): a Ray node's label, else local",
         since=11,
         page=True,
+    ),
+    *(
+        field
+        for p in ("restore", "resume")
+        for field in (
+            Field(f"{p}_s", float, f"{p} phase (s): {PHASE_MEANINGS[p]}", since=13, page=True),
+            Field(
+                f"{p}_res_s", float, f"resolution of the {p} phase's end (s)", since=13, page=True
+            ),
+        )
     ),
 )
 #: Every column of ``actions`` (one row per command: ready attempts, setup, actions).
@@ -265,14 +295,14 @@ class RolloutIdentity:
 class Timings:
     """What the probe runner measured of one rollout (none of it for a rollout that never
     started): the phases, their resolutions, the wall time, the milestones and the action
-    rows, and whether a warm pool handed an environment over (`claimed`)."""
+    rows, and how the rollout got its environment (`launch_type`)."""
 
     phases: Mapping[str, float] | None = None
     resolutions: Mapping[str, float | None] | None = None
     wall_s: float | None = None
     milestones: Sequence[Mapping[str, Any]] = ()
     actions: Sequence[Mapping[str, Any]] = ()
-    claimed: bool = False
+    launch_type: str = "cold"
 
 
 def run_row(
@@ -346,18 +376,16 @@ def _phase_columns(timings: Timings) -> dict[str, Any]:
 
 def _derived(timings: Timings) -> dict[str, Any]:
     """The overhead (wall time minus the phases, when they were timed at all) and time to
-    first command: only once a ready command succeeded (cold) or a pool handed an environment
-    over (`claimed`, warm: the claim phase, docs/measurement.md#warm-pools)."""
+    first command: the launch type's start phases, only once a ready command succeeded, on
+    every launch type (docs/measurement.md#launch-paths)."""
     phases = timings.phases
     if phases is None:
         return {}
     out: dict[str, Any] = {}
     if timings.wall_s is not None:
         out["overhead_s"] = timings.wall_s - sum(phases.values())
-    first = START_PHASES["cold"]
-    if timings.claimed and "claim" in phases:
-        out["time_to_first_command_s"] = phases["claim"]
-    elif all(p in phases for p in first) and any(
+    first = START_PHASES[timings.launch_type]
+    if all(p in phases for p in first) and any(
         r["phase"] == "ready" and r.get("ok") for r in timings.actions
     ):
         out["time_to_first_command_s"] = sum(phases[p] for p in first)

@@ -83,6 +83,9 @@ class Action:
     expect_exit: int | None = 0
     expect_stdout: str | None = None
     timeout_s: float = 120.0
+    #: what a mismatch fails the rollout as (None: ``workload_failed``); a restored
+    #: environment's state check fails it as `rtax.core.failures.RestoreCorrupt`
+    failure: type[Exception] | None = None
 
     def check(self, exit_code: int, stdout: str) -> str | None:
         """None if the result is what was expected, else a one-line reason."""
@@ -193,6 +196,23 @@ def build(
             Action("test", _test_cmd(source.failing_test), expect_exit=1),
             Action("edit", _apply(source.fix_patch)),
             Action("test", _test_cmd(source.failing_test), expect_exit=0, expect_stdout="passed"),
+        ),
+    )
+
+
+def warmup(workload: Workload) -> tuple[Action, ...]:
+    """What a snapshot's environment runs after the set-up and before it is taken
+    (docs/measurement.md#launch-paths): for T2, the test suite collected once, so that the
+    sources' byte code is compiled and on disk in the snapshot; nothing for T0 and T1, which
+    have no set-up. A warm-up never counts in a rollout: it is part of making the snapshot."""
+    if workload.tier != "T2":
+        return ()
+    return (
+        Action(
+            "warmup",
+            "cd repo && PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider --collect-only",
+            expect_exit=0,
+            timeout_s=300.0,
         ),
     )
 

@@ -23,6 +23,8 @@ PHASE_COLORS = {
     "orchestration_s": "#F58518",
     "ready_s": "#E45756",
     "claim_s": "#EECA3B",
+    "restore_s": "#FF9DA6",
+    "resume_s": "#BAB0AC",
     "setup_s": "#72B7B2",
     "actions_s": "#54A24B",
     "cleanup_s": "#B279A2",

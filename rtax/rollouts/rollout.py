@@ -16,9 +16,10 @@ Why it is built this way (docs/measurement.md):
   sample. The record is returned whole and the store writes it in one transaction.
 
 The runner knows nothing about any one substrate: it only calls the `Substrate` protocol (and
-`Claims.claim` of a substrate that keeps a warm pool: the ``claim`` phase then replaces create,
-orchestration and ready, and the run is labelled warm). It times; what a row holds and what
-is derived from the timings is `rtax.core.record`'s.
+`Claims.claim` of a substrate that launches its environments another way: a warm pool's claim, a
+restore from a snapshot, a resume; that phase then replaces create and orchestration, the
+first `true` is the ready phase on every launch type, and the run is labelled with the launch
+type). It times; what a row holds and what is derived from the timings is `rtax.core.record`'s.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rtax.core.options import RolloutOptions
 from rtax.core.provenance import provenance_of
 from rtax.core.record import (
     ACTION_PHASE,
+    LAUNCH_PHASE,
     RolloutIdentity,
     RolloutRecord,
     Timings,
@@ -53,7 +55,15 @@ from rtax.core.record import (
     utcnow,
 )
 from rtax.core.workloads import Action, Workload
-from rtax.substrates.base import READY_COMMAND, Claims, Environment, Substrate, clock, launch_type
+from rtax.substrates.base import (
+    READY_COMMAND,
+    Claims,
+    Environment,
+    PreparesLaunch,
+    Substrate,
+    clock,
+    launch_type,
+)
 from rtax.substrates.poll import poll
 
 #: Output kept on a failed action, for the error message; full output is never stored.
@@ -94,8 +104,8 @@ class _Rollout:
         self.error_message: str | None = None
         self.cleanup_ok: bool | None = None
         self.n_done = 0
-        #: a warm start handed over an environment (`start_warm`)
-        self.claimed = False
+        #: how the environment came (`rtax.substrates.base.launch_type`)
+        self.launch_type = launch_type(substrate)
         #: the substrate call in progress, if any: an unclassified exception raised inside one
         #: is the substrate's (its client's or adapter's), anywhere else it is rtax's own
         self.calling: str | None = None
@@ -160,7 +170,7 @@ class _Rollout:
         problem = action.check(result.exit_code, result.stdout)
         row["ok"] = int(problem is None)
         if problem is not None:
-            row["error_class"] = WorkloadFailed.error_class
+            row["error_class"] = getattr(action.failure, "error_class", WorkloadFailed.error_class)
             tail = (result.stderr or result.stdout)[-_DETAIL_CHARS:]
             row["detail"] = f"{problem}: {tail}"
         return result.exit_code, problem or ""
@@ -231,22 +241,28 @@ class _Rollout:
         # The environment may be used until the deadline, then during cleanup: past that
         # (and a grace) its labels say it has expired, and any reaper removes it.
         lifetime = self.opt.deadline_s + self.opt.cleanup_timeout_s
+        setup = self.workload.setup
         if isinstance(self.sub, Claims):
-            self.start_warm(lifetime)
+            self.start_launched(lifetime)
+            setup = self.sub.setup_of(self.env, setup)
         else:
             self.start_cold(lifetime)
-        for phase, actions in (("setup", self.workload.setup), ("actions", self.workload.actions)):
+        self.phases["ready"] = 0.0
+        self.ready()
+        for phase, actions in (("setup", setup), ("actions", self.workload.actions)):
             self.phases.setdefault(phase, 0.0)
             for i, action in enumerate(actions):
                 _, problem = self.command(phase, i, action)
                 if problem:
-                    raise WorkloadFailed(f"{phase} {i} ({action.category}): {problem}")
+                    raise (action.failure or WorkloadFailed)(
+                        f"{phase} {i} ({action.category}): {problem}"
+                    )
                 if phase == "actions":
                     self.n_done += 1
         self.episode_end = self.now()
 
     def start_cold(self, lifetime: float) -> None:
-        """create → orchestration → ready: a new environment, until its first `true`."""
+        """create → orchestration: a new environment, until it runs (then ready, as all)."""
         self.env = self.timed(
             "create",
             lambda: self.call("create", self.sub.create, self.run_id, lifetime_s=lifetime),
@@ -260,21 +276,20 @@ class _Rollout:
                 min(self.opt.running_timeout_s, self.remaining()),
             ),
         )
-        self.phases["ready"] = 0.0
-        self.ready()
 
-    def start_warm(self, lifetime: float) -> None:
-        """claim: a pooled environment, already created, running and ready, handed over
-        (docs/measurement.md#warm-pools). It may wait as long as a cold start may take."""
+    def start_launched(self, lifetime: float) -> None:
+        """claim, restore or resume: an environment handed over running, timed in its launch
+        type's phase (docs/measurement.md#launch-paths); then ready, as every rollout. It may
+        wait as long as a cold start may take."""
         assert isinstance(self.sub, Claims)
         timeout = min(self.opt.running_timeout_s + self.opt.ready_timeout_s, self.remaining())
+        phase = LAUNCH_PHASE[self.launch_type]
         self.env = self.timed(
-            "claim",
+            phase,
             lambda: self.call(
-                "claim", self.sub.claim, self.run_id, lifetime_s=lifetime, timeout_s=timeout
+                phase, self.sub.claim, self.run_id, lifetime_s=lifetime, timeout_s=timeout
             ),
         )
-        self.claimed = True
 
     def cleanup(self) -> None:
         if self.env is None:
@@ -307,7 +322,7 @@ class _Rollout:
             wall_s=self.now() - self.t0,
             milestones=milestones,
             actions=self.actions,
-            claimed=self.claimed,
+            launch_type=self.launch_type,
         )
         run = run_row(
             identity(self.sub, self.workload),
@@ -356,6 +371,20 @@ def run_rollout(
     `now` must be the clock that substrates mark milestones with.
     """
     run_id = run_id or uuid.uuid4().hex
+    launch: dict[str, Any] | None = None
+    if isinstance(substrate, PreparesLaunch):
+        # e.g. the restore path's snapshot of this tier, made before the clock starts
+        try:
+            launch = substrate.prepare_for(workload, run_id)
+        except (SubstrateError, HarnessError) as exc:
+            return failed_record(
+                identity(substrate, workload),
+                run_id,
+                datetime.now(UTC),
+                exc.error_class,
+                f"{launch_type(substrate)}: {exc}",
+                wall_s=None,
+            )
     if provenance is None:
         try:
             provenance = provenance_of(substrate)
@@ -386,4 +415,6 @@ def run_rollout(
         state.cleanup()
         raise
     state.cleanup()
+    if launch is not None:
+        provenance = {**provenance, "launch": launch}  # e.g. the snapshot it restored
     return state.record(started_at, provenance)

@@ -36,8 +36,13 @@ _KEYS = frozenset(
         "limits",
         "prices",
         "pool",
+        "launch",
     }
 )
+#: How its rollouts get an environment (docs/measurement.md#launch-paths): made (``cold``), from
+#: the warm pool (``pool``, no ``launch``), restored from a snapshot of the tier (``restore``),
+#: or thawed from a pool of paused ones (``resume``, with ``pool``).
+LAUNCHES = ("cold", "restore", "resume")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ class SubstrateConfig:
     #: keep a warm pool of its environments, which rollouts claim
     #: (docs/configuration.md#warm-pools)
     pool: PoolSettings | None = None
+    #: ``cold`` (or warm, with a pool), ``restore`` or ``resume`` (`LAUNCHES`)
+    launch: str = "cold"
 
 
 def has_modes(kind: str | None) -> bool | None:
@@ -116,6 +123,14 @@ def _entry(
         minutes = None
     emulate = entry.get("emulate", False)
     _check_emulate(key, kind, params, emulate, bad)
+    launch = entry.get("launch", "cold")
+    if launch not in LAUNCHES:
+        bad(f"{key}.launch", f"must be one of {', '.join(LAUNCHES)}, got {launch!r}")
+        launch = "cold"
+    elif launch == "resume" and "pool" not in entry:
+        bad(f"{key}.launch", "resume thaws a pool of paused environments: add pool = {size = N}")
+    elif launch == "restore" and "pool" in entry:
+        bad(f"{key}.pool", "a restore makes a fresh environment per rollout: drop the pool")
     return SubstrateConfig(
         name,
         str(kind),
@@ -127,6 +142,7 @@ def _entry(
         prices.parse_limits(entry.get("limits"), f"{key}.limits", bad),
         prices.parse_prices(entry.get("prices"), f"{key}.prices", bad),
         pool.parse(entry["pool"], f"{key}.pool", bad) if "pool" in entry else None,
+        str(launch),
     )
 
 

@@ -18,6 +18,7 @@ from rtax.store.schema import (
     PAGE_COLUMNS,
     ROLLUP_COLUMNS,
     RUN_COLUMNS,
+    SNAPSHOT_COLUMNS,
     SUMMARY_COLUMNS,
     SUMMARY_KEY,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "PAGE_COLUMNS",
     "ROLLUP_COLUMNS",
     "RUN_COLUMNS",
+    "SNAPSHOT_COLUMNS",
     "SUMMARY_COLUMNS",
     "SUMMARY_KEY",
     "Store",

@@ -17,6 +17,7 @@ object per table, each with the store's connection and transactions (sqlite-util
 - ``store.loads``: one row per sequential, staggered or burst load run (`rtax.store.loads`).
 - ``store.rollups``: what retention keeps of folded history (`rtax.store.rollups`).
 - ``store.maintenance``: maintenance windows added at run time (`rtax.store.maintenance`).
+- ``store.snapshots``: the snapshots the restore paths made (`rtax.store.snapshots`).
 
 What spans tables is the store's own: `Store.save_rollout` (a run, its actions and its
 summaries) and `Store.fold_runs` (rollups written, their runs deleted), one transaction each.
@@ -45,6 +46,7 @@ from rtax.store.maintenance import Maintenance
 from rtax.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from rtax.store.rollups import Rollups
 from rtax.store.runs import Runs
+from rtax.store.snapshots import Snapshots
 from rtax.store.sql import StoreError
 from rtax.store.summaries import Summaries
 
@@ -91,6 +93,7 @@ class Store:
     loads: LoadRuns
     rollups: Rollups
     maintenance: Maintenance
+    snapshots: Snapshots
 
     def __init__(
         self,
@@ -162,6 +165,7 @@ class Store:
         self.loads = LoadRuns(self.db, self.transaction)
         self.rollups = Rollups(self.db, self.transaction)
         self.maintenance = Maintenance(self.db, self.transaction)
+        self.snapshots = Snapshots(self.db, self.transaction)
 
     @property
     def version(self) -> int:

@@ -25,7 +25,8 @@ class LoadRuns(Table):
 
     def begin(self, row: dict[str, Any]) -> None:
         """Insert a load run as it starts (its figures come with `finish`)."""
-        row = {**row, "status": "running"}
+        # a load run of cold creates unless it says otherwise (`rtax fork` compares the paths)
+        row = {"launch_type": "cold", **row, "status": "running"}
         unknown = set(row) - set(LOAD_RUN_COLUMNS)
         if unknown:
             raise ValueError(f"not a load run column: {', '.join(sorted(unknown))}")

@@ -272,6 +272,26 @@ def _v12(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX [idx_maintenance_end] ON [maintenance] ([end])")
 
 
+def _v13(db: sqlite_utils.Database) -> None:
+    """Launch paths (docs/measurement.md#launch-paths): the restore and resume phases on runs
+    (older runs had neither), the launch type of a load run (a fork restores its group from
+    one snapshot; every older load run was cold), and the snapshots made per substrate, tier
+    and toolchain, with how long each took and what it holds on disk."""
+    for phase in ("restore", "resume"):
+        db.execute(f"ALTER TABLE [runs] ADD COLUMN [{phase}_s] REAL")
+        db.execute(f"ALTER TABLE [runs] ADD COLUMN [{phase}_res_s] REAL")
+    db.execute("ALTER TABLE [load_runs] ADD COLUMN [launch_type] TEXT NOT NULL DEFAULT 'cold'")
+    db.execute(
+        "CREATE TABLE [snapshots] ([snapshot_id] TEXT PRIMARY KEY, [substrate] TEXT NOT NULL, "
+        "[kind] TEXT, [mode] TEXT, [fidelity] TEXT NOT NULL, [tier] TEXT NOT NULL, "
+        "[toolchain] TEXT, [image] TEXT, [made_at] TEXT NOT NULL, [snapshot_s] REAL, "
+        "[setup_s] REAL, [warmup_s] REAL, [size_bytes] INTEGER, [location] TEXT, "
+        "[state] TEXT NOT NULL CHECK ([state] IN ('ready', 'replaced', 'removed')), "
+        "[host] TEXT, [rtax_version] TEXT, [detail] TEXT)"
+    )
+    db.execute("CREATE INDEX [idx_snapshots_key] ON [snapshots] ([substrate], [tier], [made_at])")
+
+
 #: (version, migration), applied in order to files whose user_version is lower.
 MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (1, _v1),
@@ -286,5 +306,6 @@ MIGRATIONS: tuple[tuple[int, Callable[[sqlite_utils.Database], None]], ...] = (
     (10, _v10),
     (11, _v11),
     (12, _v12),
+    (13, _v13),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -28,6 +28,7 @@ __all__ = [
     "PAGE_COLUMNS",
     "ROLLUP_COLUMNS",
     "RUN_COLUMNS",
+    "SNAPSHOT_COLUMNS",
     "SUMMARY_COLUMNS",
     "SUMMARY_KEY",
 ]
@@ -114,6 +115,30 @@ LOAD_RUN_COLUMNS: tuple[str, ...] = (
     "dispatch_lag_max_s",
     "host",
     "rtax_version",
+    "launch_type",
+)
+
+#: The columns of snapshots (docs/measurement.md#launch-paths), in order: one per snapshot made,
+#: kept after it is replaced so its time and size stay measurements.
+SNAPSHOT_COLUMNS: tuple[str, ...] = (
+    "snapshot_id",
+    "substrate",
+    "kind",
+    "mode",
+    "fidelity",
+    "tier",
+    "toolchain",
+    "image",
+    "made_at",
+    "snapshot_s",
+    "setup_s",
+    "warmup_s",
+    "size_bytes",
+    "location",
+    "state",
+    "host",
+    "rtax_version",
+    "detail",
 )
 
 #: The columns of rollups (retention's folded history, `rtax.store.retention`), in order.

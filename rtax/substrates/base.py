@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rtax.core import redaction
 from rtax.core.failures import SubstrateError
+from rtax.core.workloads import Action, Workload
 
 #: The one clock for durations and milestones: monotonic, high resolution. Wall-clock time is used
 #: only for UTC timestamps, never for durations.
@@ -227,20 +228,82 @@ class Substrate(Protocol):
 
 @runtime_checkable
 class Claims(Protocol):
-    """A substrate that hands over environments made in advance (`rtax.substrates.pool`)."""
+    """A substrate that hands over environments launched another way than a cold create
+    (docs/measurement.md#launch-paths): a warm pool's running ones (`rtax.substrates.pool`),
+    fresh ones restored from a snapshot (`rtax.substrates.restore`), paused ones resumed."""
+
+    #: ``warm``, ``restore`` or ``resume``: the series, and the phase the handover is timed in
+    #: (`rtax.core.record.LAUNCH_PHASE`)
+    launch_type: str
 
     def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:
-        """An environment already created, running and ready (its first `READY_COMMAND`
-        succeeded), for the rollout `run_id`, whose labels keep it from expiring for at least
-        `lifetime_s`; `ClaimTimeout` when none could be handed over within `timeout_s`.
-        The rollout destroys it afterwards (`destroy`): a used environment is never returned."""
+        """An environment running (for a warm pool: made and ready before), for the rollout
+        `run_id`, whose labels keep it from expiring for at least `lifetime_s`; `ClaimTimeout`
+        when none could be handed over within `timeout_s`. The rollout then runs its first
+        `READY_COMMAND` as every rollout does, and destroys it afterwards (`destroy`): a used
+        environment is never returned."""
+        ...
+
+    def setup_of(self, env: Environment, setup: tuple[Action, ...]) -> tuple[Action, ...]:
+        """The set-up the handed-over `env` still needs, of the workload's `setup`: all of
+        it, or (a restore) only the state check, the snapshot holding the rest."""
         ...
 
 
+@runtime_checkable
+class PreparesLaunch(Protocol):
+    """A launch path that readies something per workload before a rollout's clock starts (the
+    restore path's snapshot of the tier)."""
+
+    def prepare_for(self, workload: Workload, run_id: str) -> dict[str, Any]:
+        """Ready the launch of the rollout `run_id` of `workload`; what its provenance keeps.
+        Raises a `SubstrateError` (e.g. `NotSupported`) when it can't."""
+        ...
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """A kind whose environments can be snapshotted and restored (docs/measurement.md#launch-paths):
+    the restore path (`rtax.substrates.restore`) calls these."""
+
+    def snapshot_support(self, tier_has_setup: bool) -> str | None:
+        """Why a workload (with a set-up, or without) can't be snapshotted here; None: it can."""
+        ...
+
+    def snapshot_source(self, run_id: str, *, token: str, lifetime_s: float) -> Environment:
+        """A cold, running environment whose first process holds `token` in memory
+        (`rtax.substrates.state.holder_command`), to be set up and snapshotted."""
+        ...
+
+    def snapshot(self, env: Environment, into: str) -> dict[str, Any]:
+        """Checkpoint `env` (its files and its processes' memory) under the folder `into`; the
+        environment is stopped by it and destroyed by the caller. Returns what `restore` needs
+        (and ``image``, ``size_bytes``), JSON-serialisable."""
+        ...
+
+    def restore(self, snapshot: dict[str, Any], run_id: str, *, lifetime_s: float) -> Environment:
+        """A fresh environment running from `snapshot`, labelled as `create` labels; the
+        request → running is the restore phase."""
+        ...
+
+    def forget(self, snapshot: dict[str, Any]) -> None:
+        """Remove what `snapshot` keeps (its checkpoint files, a committed image)."""
+        ...
+
+
+@runtime_checkable
+class Pauses(Protocol):
+    """A kind whose running environments can be frozen and thawed (the cgroup freezer)."""
+
+    def pause(self, env: Environment) -> None: ...
+
+    def unpause(self, env: Environment) -> None: ...
+
+
 def launch_type(substrate: object) -> str:
-    """``warm`` for a substrate whose rollouts claim a pooled environment, else ``cold``:
-    the label that keeps the two apart as different series (docs/measurement.md#warm-pools)."""
-    return "warm" if isinstance(substrate, Claims) else "cold"
+    """How `substrate`'s rollouts get their environment: its `Claims.launch_type`, else
+    ``cold``: the label that keeps the paths apart as different series."""
+    return str(substrate.launch_type) if isinstance(substrate, Claims) else "cold"
 
 
 def require_host_address(substrate: Substrate) -> str:

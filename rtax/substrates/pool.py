@@ -24,6 +24,7 @@ this):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -32,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtax.core.failures import Cancelled, ClaimTimeout, SubstrateError
+from rtax.core.failures import Cancelled, ClaimTimeout, NotSupported, SubstrateError
+from rtax.core.workloads import Action
 from rtax.settings.pool import PoolSettings
-from rtax.substrates.base import CommandResult, Environment, Leftover, Substrate, clock
+from rtax.substrates.base import CommandResult, Environment, Leftover, Pauses, Substrate, clock
 from rtax.substrates.coldstart import cold_start
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,16 @@ class WarmPool:
         cleanup_timeout_s: float = 120.0,
         retry_pause_s: float = 1.0,
         now: Callable[[], float] = clock,
+        paused: bool = False,
     ) -> None:
+        if paused and not isinstance(inner, Pauses):
+            raise NotSupported(f"{inner.name} ({inner.kind}) can't pause its environments")
         self.inner = inner
+        #: keep the environments frozen (the cgroup freezer) until claimed: the resume path
+        #: (docs/measurement.md#launch-paths), whose claim thaws one
+        self.paused = paused
+        #: the series of the rollouts that claim from it (`rtax.substrates.base.Claims`)
+        self.launch_type = "resume" if paused else "warm"
         self.settings = settings
         self.rollout_lifetime_s = rollout_lifetime_s
         #: what each environment's expiry label covers: waiting in the pool, then one rollout
@@ -229,8 +239,14 @@ class WarmPool:
                 self._cond.notify_all()  # the next waiter may be first now
             state.wanted += 1  # the slot it leaves is refilled
             self._cond.notify_all()
-        handed = self.now()
         env = entry.env
+        if self.paused:
+            try:
+                self.inner.unpause(env)  # the resume: its processes run again
+            except BaseException:
+                self._remove(env)
+                raise
+        handed = self.now()
         env.run_id = run_id
         env.pool = {
             **entry.made,
@@ -241,6 +257,10 @@ class WarmPool:
             "settings": self.settings.describe(),
         }
         return env
+
+    def setup_of(self, env: Environment, setup: tuple[Action, ...]) -> tuple[Action, ...]:
+        """A pooled environment was made as a cold one is: it needs the whole set-up."""
+        return setup
 
     def close_pool(self) -> None:
         """Stop refilling and destroy every environment the pool holds; those being made are
@@ -378,6 +398,12 @@ class WarmPool:
             now=self.now,
             pause=self._pause,
         )
+        if self.paused:
+            try:
+                self.inner.pause(made.env)
+            except BaseException:
+                self._remove(made.env)
+                raise
         with self._cond:
             self.made.append(made.made)
         expires = made.started + self.label_lifetime_s
@@ -390,6 +416,11 @@ class WarmPool:
     def _remove(self, env: Environment) -> None:
         """Destroy one of the pool's environments; a failure is logged (its labels let the
         reaper remove it later), never raised: the pool's own clean-up is no rollout's."""
+        if self.paused:
+            # a frozen container ignores the kill a forced removal sends until the engine's
+            # own timeout (10 s on Docker with gVisor): thaw it first
+            with contextlib.suppress(Exception):
+                self.inner.unpause(env)
         try:
             self.inner.destroy(env, self.cleanup_timeout_s)
         except Exception as exc:

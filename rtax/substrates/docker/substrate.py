@@ -16,9 +16,12 @@ Why these choices (docs/substrates/docker.md):
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 from collections.abc import Callable
 from functools import cached_property
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from rtax.assets.image import RUNNER_IMAGE
@@ -31,9 +34,9 @@ from rtax.core.failures import (
     RateLimited,
     ReadyTimeout,
 )
-from rtax.substrates import kit
+from rtax.substrates import kit, state
 from rtax.substrates.base import CommandResult, Environment, Leftover, clock
-from rtax.substrates.docker import daemon
+from rtax.substrates.docker import daemon, snapshot
 
 MODES = ("exec", "session")
 #: The engine is a local socket with no rate limit and an inspect costs about a millisecond of
@@ -41,6 +44,8 @@ MODES = ("exec", "session")
 #: (docs/measurement.md#resolution). Both polls usually succeed at once (start and forced removal
 #: mostly finish before they answer), and then the resolution is 0.
 POLL_INTERVAL_S = 0.01
+#: The repository of the images committed for snapshots (`DockerSubstrate.snapshot`).
+SNAPSHOT_REPOSITORY = "rtax-snapshot"
 #: Margin of an exec's API call past the command's timeout (`kit.call_timeout`).
 EXEC_MARGIN_S = 30.0
 
@@ -71,6 +76,7 @@ class DockerSubstrate:
         host_address: str | None = None,
         api_timeout_s: float = 3600.0,
         create_timeout_s: float = 120.0,
+        snapshot_runtime: str | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -86,6 +92,9 @@ class DockerSubstrate:
             self.host_address = host_address  # configured: the gateway is not asked
         self.api = daemon.engine_client(base_url, api_timeout_s)
         self.create_timeout_s = create_timeout_s
+        #: the runtime of snapshottable containers (None: `runtime`); gVisor's must run with
+        #: --network=none, runsc refusing to checkpoint a sandbox on the host's network
+        self.snapshot_runtime = snapshot_runtime or runtime
         self._engine_info: dict[str, Any] | None = None
         self._runtime_provenance: dict[str, Any] | None = None
 
@@ -97,20 +106,36 @@ class DockerSubstrate:
     # -- life of one environment ------------------------------------------------------------
 
     def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
+        return self._create(run_id, lifetime_s)
+
+    def _create(
+        self,
+        run_id: str,
+        lifetime_s: float | None,
+        *,
+        image: str | None = None,
+        command: list[str] | None = None,
+        snapshottable: bool = False,
+    ) -> Environment:
+        """A container of `image` (the substrate's) running `command` (``sleep infinity``);
+        a `snapshottable` one runs on the snapshot runtime without ``--init``
+        (`rtax.substrates.docker.snapshot`)."""
         errors = _docker().errors
         host_config = self.api.create_host_config(
             nano_cpus=int(self.cpus * 1e9) if self.cpus else None,
             mem_limit=self.memory,
             network_mode=self.network,
-            init=True,  # PID 1 reaps what timed-out commands leave behind
-            runtime=self.runtime,  # (create_container's own `runtime` is not sent by the SDK)
+            # PID 1 reaps what timed-out commands leave behind; CRIU can't restore docker-init
+            init=not snapshottable,
+            # (create_container's own `runtime` is not sent by the SDK)
+            runtime=self.snapshot_runtime if snapshottable else self.runtime,
         )
         name = f"rtax-{run_id}"
         try:
             with self._call_timeout(self.create_timeout_s):
                 created = self.api.create_container(
-                    self.image,
-                    command=["sleep", "infinity"],
+                    image or self.image,
+                    command=command or ["sleep", "infinity"],
                     labels=kit.labels(run_id, self.name, lifetime_s),
                     host_config=host_config,
                     working_dir="/work",
@@ -121,7 +146,9 @@ class DockerSubstrate:
                     use_config_proxy=False,
                 )
         except errors.ImageNotFound as exc:
-            raise CreateFailed(f"image {self.image} not found (run: rtax image build)") from exc
+            raise CreateFailed(
+                f"image {image or self.image} not found (run: rtax image build)"
+            ) from exc
         except BaseException as exc:
             # The engine may have made the container before the answer was lost or turned
             # into an error (a transport timeout, a 500 after the create, Ctrl-C): remove it by
@@ -140,11 +167,15 @@ class DockerSubstrate:
         return env
 
     def wait_running(self, env: Environment, timeout_s: float) -> None:
+        self._start(env, timeout_s, lambda: self.api.start(env.env_id))
+
+    def _start(self, env: Environment, timeout_s: float, start: Callable[[], None]) -> None:
+        """`start` the container, then poll until the engine says it runs."""
         errors = _docker().errors
         cid = env.env_id
         try:
             with self._call_timeout(timeout_s):
-                self.api.start(cid)
+                start()
             env.mark("started")
 
             def running() -> bool | None:
@@ -248,6 +279,118 @@ class DockerSubstrate:
                 f"container {env.env_id[:12]} still exists after removal"
             ),
         )
+
+    # -- snapshots and pauses (rtax.substrates.base.Snapshots, Pauses) ----------------------
+
+    def snapshot_support(self, tier_has_setup: bool) -> str | None:
+        """Why this substrate can't snapshot a workload (None: it can): restore places the
+        checkpoint under the engine's data root, so the engine must be local; gVisor's
+        checkpointable runtime has no network, so nothing can be cloned into it."""
+        if self.api.base_url != "http+docker://localhost":
+            return f"restore needs the engine's data root on this host ({self.api.base_url})"
+        registered = self._info().get("Runtimes") or {}
+        runtime = self.snapshot_runtime or str(self._info().get("DefaultRuntime") or "runc")
+        if runtime not in registered:
+            return f"the engine has no runtime {runtime!r} (scripts/ensure-docker.sh registers it)"
+        if not self._info().get("ExperimentalBuild"):
+            return 'the engine\'s checkpoint API needs "experimental": true (make docker)'
+        if self._gvisor(runtime) and tier_has_setup:
+            return (
+                f"{runtime} runs with --network=none (runsc refuses to checkpoint a sandbox on "
+                "the host's network), so a set-up that clones can't run in it"
+            )
+        return None
+
+    def snapshot_source(self, run_id: str, *, token: str, lifetime_s: float) -> Environment:
+        """A cold, running container made to be snapshotted: its PID 1 holds `token` in
+        memory (`snapshot.holder_command`)."""
+        env = self._create(
+            run_id, lifetime_s, command=state.holder_command(token), snapshottable=True
+        )
+        try:
+            self.wait_running(env, self.create_timeout_s)
+        except BaseException:
+            self._remove_quietly(env.env_id)
+            raise
+        return env
+
+    def snapshot(self, env: Environment, into: str) -> dict[str, Any]:
+        """Checkpoint `env` into `into` (it stops), committing its files first where the
+        checkpoint doesn't hold them (runc); the caller destroys `env`."""
+        errors = _docker().errors
+        folder = Path(into)
+        session = env.handle.get("session")
+        if session is not None:  # an attached shell is a host connection no dump can keep
+            session.close()
+        gvisor = self._gvisor(self.snapshot_runtime)
+        try:
+            with self._call_timeout(self.create_timeout_s):
+                image = (
+                    self.image
+                    if gvisor
+                    else self.api.commit(env.env_id, repository=SNAPSHOT_REPOSITORY)["Id"]
+                )
+                snapshot.checkpoint(self.api, env.env_id, folder)
+        except errors.APIError as exc:
+            raise CreateFailed(f"snapshot of {env.env_id[:12]}: {exc.explanation}") from exc
+        return {
+            "image": image,
+            "committed": not gvisor,
+            "dir": str(folder),
+            "runtime": self.snapshot_runtime,
+            "size_bytes": snapshot.size_of(folder),
+        }
+
+    def restore(self, snap: dict[str, Any], run_id: str, *, lifetime_s: float) -> Environment:
+        """A new container from `snap`: created from its image, the checkpoint placed in its
+        folder, started from it, until the engine says it runs."""
+        errors = _docker().errors
+        env = self._create(run_id, lifetime_s, image=str(snap["image"]), snapshottable=True)
+        try:
+            root = str(self._info().get("DockerRootDir") or "/var/lib/docker")
+            snapshot.place(root, env.env_id, Path(snap["dir"]), run_id)
+            env.mark("placed")
+            self._start(
+                env, self.create_timeout_s, lambda: snapshot.start_from(self.api, env.env_id)
+            )
+        except errors.APIError as exc:
+            self._remove_quietly(env.env_id)
+            raise CreateFailed(f"restore: {exc.explanation}") from exc
+        except BaseException:
+            self._remove_quietly(env.env_id)
+            raise
+        return env
+
+    def forget(self, snap: dict[str, Any]) -> None:
+        """Remove a snapshot's checkpoint files and the image committed for it."""
+        shutil.rmtree(str(snap.get("dir") or ""), ignore_errors=True)
+        if snap.get("committed"):
+            with contextlib.suppress(_docker().errors.APIError), self._call_timeout(60):
+                self.api.remove_image(str(snap["image"]), force=True)
+
+    def pause(self, env: Environment) -> None:
+        """Freeze every process of `env` (the cgroup freezer: ``docker pause``)."""
+        self._freezer(env, self.api.pause, "pause")
+
+    def unpause(self, env: Environment) -> None:
+        """Thaw `env`: its processes run again where they stopped."""
+        self._freezer(env, self.api.unpause, "unpause")
+
+    def _freezer(self, env: Environment, call: Callable[[str], None], what: str) -> None:
+        errors = _docker().errors
+        try:
+            with self._call_timeout(self.create_timeout_s):
+                call(env.env_id)
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
+        except errors.APIError as exc:
+            raise _classify(exc, CreateFailed) from exc
+        except _transport_errors() as exc:
+            raise CreateTimeout(f"{what}: {exc}") from exc
+
+    def _gvisor(self, runtime: str | None) -> bool:
+        entry = (self._info().get("Runtimes") or {}).get(runtime or "runc") or {}
+        return "runsc" in os.path.basename(str(entry.get("path") or ""))
 
     def leftovers(self) -> list[Leftover]:
         # Only this substrate's own (docker and docker-gvisor share an engine).

@@ -1,0 +1,289 @@
+"""The restore launch path: rollouts on environments restored from a snapshot taken after set-up.
+
+Why it is built this way (docs/measurement.md#launch-paths):
+
+- A wrapper around any kind that can snapshot (`rtax.substrates.base.Snapshots`), like the warm
+  pool: it speaks the whole substrate protocol, passed to the wrapped one, plus `Claims`, so the
+  probe runner times the hand-over (the ``restore`` phase) without knowing any substrate.
+- The snapshot is made before any rollout's clock starts (`prepare_for`), once per tier and
+  image (its id and toolchain, from `describe`): a cold environment, the tier's set-up, its
+  warm-up (`rtax.core.workloads.warmup`), then a state marker in two halves, a file and a value
+  held in the memory of the environment's first process. It is remade when the image changes.
+- Every restored environment proves it holds that state before its rollout goes on: its only
+  set-up is the state check (`setup_of`), and a mismatch fails the rollout as
+  ``restore_corrupt``, however fast the restore was. The tier's own set-up is in the snapshot.
+- How long the snapshot took and what it holds on disk are measurements too: each is passed to
+  `on_snapshot` (the store's snapshots table) and kept in the rollouts' provenance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import secrets
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rtax.core.failures import ClaimTimeout, NotSupported, RestoreCorrupt, SubstrateError
+from rtax.core.workloads import Action, Workload, warmup
+from rtax.substrates import state
+from rtax.substrates.base import (
+    READY_COMMAND,
+    CommandResult,
+    Environment,
+    Leftover,
+    Snapshots,
+    Substrate,
+    clock,
+)
+
+log = logging.getLogger(__name__)
+
+#: Run ids of the environments snapshots are made from (their labels let the reaper find them).
+SNAPSHOT_RUN_PREFIX = "snapshot-"
+
+
+class SnapshotFailed(SubstrateError):
+    """A snapshot could not be made (its set-up, warm-up or the checkpoint failed): no restore
+    rollout can run, and each says why."""
+
+    error_class = "setup_error"
+
+
+class Restorer:
+    """Rollouts of `inner` restored from a snapshot of each tier (see the module's doc)."""
+
+    #: the series of its rollouts (`rtax.substrates.base.Claims`)
+    launch_type = "restore"
+
+    def __init__(
+        self,
+        inner: Substrate,
+        *,
+        running_timeout_s: float = 300.0,
+        ready_timeout_s: float = 120.0,
+        ready_interval_s: float = 0.02,
+        cleanup_timeout_s: float = 120.0,
+        folder: Path | None = None,
+        on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+        now: Callable[[], float] = clock,
+    ) -> None:
+        if not isinstance(inner, Snapshots):
+            raise NotSupported(f"{inner.name} ({inner.kind}) can't snapshot its environments")
+        self.inner = inner
+        self.running_timeout_s = running_timeout_s
+        self.ready_timeout_s = ready_timeout_s
+        self.ready_interval_s = ready_interval_s
+        self.cleanup_timeout_s = cleanup_timeout_s
+        self._own_folder = folder is None
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="rtax-snapshots-", dir="/var/tmp"))
+        self.on_snapshot = on_snapshot
+        self.now = now
+        self._lock = threading.Lock()
+        #: tier key -> the snapshot now in use (what `Snapshots.snapshot` returned, and ours)
+        self.snapshots: dict[str, dict[str, Any]] = {}
+        #: run id -> the snapshot its rollout restores (`prepare_for` → `claim`, `setup_of`)
+        self._for_run: dict[str, dict[str, Any]] = {}
+
+    # -- the wrapped substrate's identity ------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def kind(self) -> str:
+        return self.inner.kind
+
+    @property
+    def fidelity(self) -> str:
+        return self.inner.fidelity
+
+    @property
+    def mode(self) -> str:
+        return self.inner.mode
+
+    @property
+    def host_address(self) -> str | None:
+        return self.inner.host_address
+
+    # -- the protocol, passed through ----------------------------------------------------------
+
+    def prepare(self, log: Callable[[str], None]) -> None:
+        self.inner.prepare(log)
+
+    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
+        return self.inner.create(run_id, lifetime_s=lifetime_s)
+
+    def wait_running(self, env: Environment, timeout_s: float) -> None:
+        self.inner.wait_running(env, timeout_s)
+
+    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
+        return self.inner.run(env, command, timeout_s)
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        self.inner.destroy(env, timeout_s)
+
+    def leftovers(self) -> list[Leftover]:
+        return self.inner.leftovers()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.inner.describe(), "launch": "restore"}
+
+    # -- the restore path ----------------------------------------------------------------------
+
+    def prepare_for(self, workload: Workload, run_id: str) -> dict[str, Any]:
+        """The snapshot the rollout `run_id` of `workload` restores, made first if this tier
+        and image have none yet (outside any rollout's clock); what its provenance keeps."""
+        support = self.inner.snapshot_support(bool(workload.setup))
+        if support is not None:
+            raise NotSupported(f"{self.name} can't restore {workload.tier}: {support}")
+        described = self.inner.describe()
+        toolchain = (described.get("toolchain") or {}).get("digest")
+        key = _key(workload, described.get("image_id"), toolchain)
+        with self._lock:
+            snap = self.snapshots.get(workload.tier)
+            if snap is None or snap["key"] != key:
+                if snap is not None:  # the image or toolchain changed: remade
+                    self._forget(snap, "replaced")
+                snap = self._make(workload, key, described, toolchain)
+                self.snapshots[workload.tier] = snap
+            self._for_run[run_id] = snap
+        return {
+            key: snap[key]
+            for key in ("snapshot_id", "made_at", "snapshot_s", "size_bytes", "image")
+        }
+
+    def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:
+        """A fresh environment restored from the snapshot `prepare_for` chose for `run_id`."""
+        snap = self._for_run.get(run_id)
+        if snap is None:
+            raise ClaimTimeout(f"no snapshot was prepared for the rollout {run_id}")
+        return self.inner.restore(snap, run_id, lifetime_s=lifetime_s)
+
+    def setup_of(self, env: Environment, setup: tuple[Action, ...]) -> tuple[Action, ...]:
+        """Only the state check: the snapshot holds the tier's set-up."""
+        snap = self._for_run.pop(env.run_id, None)
+        if snap is None:
+            return setup
+        return (state_check(snap),)
+
+    def close(self) -> None:
+        """Remove every snapshot this path made (their rows stay), then close `inner`."""
+        with self._lock:
+            for snap in self.snapshots.values():
+                self._forget(snap, "removed")
+            self.snapshots.clear()
+        if self._own_folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.inner.close()
+
+    # -- making and forgetting snapshots -------------------------------------------------------
+
+    def _make(
+        self, workload: Workload, key: str, described: dict[str, Any], toolchain: str | None
+    ) -> dict[str, Any]:
+        snapshot_id = uuid.uuid4().hex[:16]
+        memory, file = secrets.token_hex(8), secrets.token_hex(8)
+        made_at = datetime.now(UTC).isoformat(timespec="microseconds")
+        lifetime = self.running_timeout_s + self.ready_timeout_s + 3600.0
+        env = self.inner.snapshot_source(
+            f"{SNAPSHOT_RUN_PREFIX}{snapshot_id}", token=memory, lifetime_s=lifetime
+        )
+        try:
+            self._ready(env)
+            t0 = self.now()
+            for action in workload.setup:
+                self._must(env, action, "set-up")
+            t1 = self.now()
+            for action in warmup(workload):
+                self._must(env, action, "warm-up")
+            t2 = self.now()
+            self._must(env, Action("mark", state.mark_command(file)), "state marker")
+            t3 = self.now()
+            taken = self.inner.snapshot(env, str(self.folder / snapshot_id))
+            t4 = self.now()
+        finally:
+            with contextlib.suppress(SubstrateError):
+                self.inner.destroy(env, self.cleanup_timeout_s)
+        snap = {
+            **taken,
+            "key": key,
+            "snapshot_id": snapshot_id,
+            "tier": workload.tier,
+            "made_at": made_at,
+            "memory_token": memory,
+            "file_token": file,
+            "setup_s": t1 - t0,
+            "warmup_s": t2 - t1,
+            "snapshot_s": t4 - t3,
+        }
+        if self.on_snapshot is not None:
+            self.on_snapshot(
+                {
+                    "snapshot_id": snapshot_id,
+                    "substrate": self.name,
+                    "kind": self.kind,
+                    "mode": self.mode,
+                    "fidelity": self.fidelity,
+                    "tier": workload.tier,
+                    "toolchain": toolchain,
+                    "image": described.get("image_id"),
+                    "made_at": made_at,
+                    "snapshot_s": snap["snapshot_s"],
+                    "setup_s": snap["setup_s"],
+                    "warmup_s": snap["warmup_s"],
+                    "size_bytes": snap.get("size_bytes"),
+                    "location": snap.get("dir"),
+                    "state": "ready",
+                }
+            )
+        return snap
+
+    def _ready(self, env: Environment) -> None:
+        deadline = self.now() + self.ready_timeout_s
+        while True:
+            with contextlib.suppress(SubstrateError):
+                if self.inner.run(env, READY_COMMAND, self.ready_timeout_s).exit_code == 0:
+                    return
+            if self.now() > deadline:
+                raise SnapshotFailed(f"snapshot environment not ready in {self.ready_timeout_s} s")
+            threading.Event().wait(self.ready_interval_s)  # the ready loop's pause
+
+    def _must(self, env: Environment, action: Action, what: str) -> None:
+        result = self.inner.run(env, action.command, action.timeout_s)
+        problem = action.check(result.exit_code, result.stdout)
+        if problem:
+            tail = (result.stderr or result.stdout)[-400:]
+            raise SnapshotFailed(f"snapshot {what} ({action.category}): {problem}: {tail}")
+
+    def _forget(self, snap: dict[str, Any], state: str) -> None:
+        try:
+            self.inner.forget(snap)
+        except Exception as exc:  # its files stay; the row says so
+            log.warning("could not remove snapshot %s: %s", snap.get("snapshot_id"), exc)
+
+
+def state_check(snap: dict[str, Any]) -> Action:
+    """The set-up of a restored environment: both halves of the snapshot's state, or the
+    rollout fails as ``restore_corrupt``."""
+    return Action(
+        "check",
+        state.check_command(),
+        expect_stdout=state.expected(snap["file_token"], snap["memory_token"]),
+        timeout_s=60.0,
+        failure=RestoreCorrupt,
+    )
+
+
+def _key(workload: Workload, image_id: Any, toolchain: Any) -> str:
+    """What a snapshot depends on: the tier's set-up, the image and its toolchain."""
+    text = "\n".join([workload.tier, *(a.command for a in workload.setup), str(image_id)])
+    return hashlib.sha256(f"{text}\n{toolchain}".encode()).hexdigest()[:16]

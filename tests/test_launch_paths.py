@@ -1,0 +1,173 @@
+"""The restore and resume launch paths (rtax.substrates.restore, the paused warm pool) on the
+real Docker engine, runc and gVisor: the whole substrate contract through each, the state check
+failing on a snapshot made stale on purpose, a clear "not supported" where the runtime can't,
+and nothing left behind (no container, no checkpoint folder, no committed image).
+
+Why the contract again: a path is only measured if a rollout on it does all a cold one does
+(T0-T2, trajectories, every action form, timeouts, failures, cleanup) with its phases adding
+up; the state check is what makes a fast restore also a correct one."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contract import SubstrateContract, assert_phases_add_up
+from rtax.core import workloads
+from rtax.core.kinds import NAMED
+from rtax.core.workloads import RepoSource
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings.pool import PoolSettings
+from rtax.substrates import kit
+from rtax.substrates.docker.substrate import SNAPSHOT_REPOSITORY, DockerSubstrate
+from rtax.substrates.local import LocalSubstrate
+from rtax.substrates.pool import WarmPool
+from rtax.substrates.restore import Restorer
+
+pytestmark = pytest.mark.usefixtures("runner_image")
+
+NAME = "contract-paths"
+
+
+@pytest.fixture
+def repo_source(docker_repo_source: RepoSource) -> RepoSource:
+    return docker_repo_source
+
+
+def _docker(gvisor: bool, mode: str = "exec") -> DockerSubstrate:
+    params = dict(NAMED["docker-gvisor"][1]) if gvisor else {}
+    return DockerSubstrate(name=NAME, mode=mode, **params)
+
+
+def _left() -> str:
+    """This test's containers and committed snapshot images still on the engine."""
+    containers = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={kit.SUBSTRATE}={NAME}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    images = subprocess.run(
+        ["docker", "images", "-q", SNAPSHOT_REPOSITORY], capture_output=True, text=True, check=True
+    ).stdout
+    return containers + images
+
+
+@contextlib.contextmanager
+def _restorer(gvisor: bool, mode: str = "exec") -> Iterator[Restorer]:
+    restorer = Restorer(_docker(gvisor, mode))
+    folder = restorer.folder
+    try:
+        yield restorer
+    finally:
+        restorer.close()
+    assert not Path(folder).exists(), "the snapshots' folder outlived the restore path"
+    assert _left() == ""
+
+
+@contextlib.contextmanager
+def _paused(gvisor: bool) -> Iterator[WarmPool]:
+    pool = WarmPool(_docker(gvisor), PoolSettings(2, 1), rollout_lifetime_s=3600 + 120, paused=True)
+    try:
+        pool.prepare(lambda _: None)
+        yield pool
+    finally:
+        pool.close()
+    assert _left() == ""
+
+
+class _NoSetupContract(SubstrateContract):
+    """gVisor's checkpointable runtime has no network (runsc refuses to checkpoint a sandbox
+    on the host's): a tier with a set-up that clones is refused before any rollout starts,
+    with a reason, as ``not_supported``."""
+
+    def _refused(self, substrate, workload) -> None:
+        record = run_rollout(substrate, workload)
+        assert record.run["status"] == "failed"
+        assert record.run["error_class"] == "not_supported", record.run
+        assert "--network=none" in record.run["error_message"]
+        assert record.run["wall_s"] is None  # nothing was made: no phase to add up
+
+    def test_t2_patch_turns_failing_test_into_passing(self, substrate, repo_source) -> None:
+        self._refused(substrate, workloads.build("T2", source=repo_source))
+
+    def test_t2_with_unchanged_test_is_workload_failed(self, substrate, repo_source) -> None:
+        self._refused(substrate, workloads.build("T2", source=repo_source))
+
+    def test_trajectory_of_10_stored_one_by_one(self, substrate, repo_source, store) -> None:
+        self._refused(substrate, workloads.build("T2", steps=10, seed=3, source=repo_source))
+
+    def test_every_action_template_runs(self, substrate, repo_source) -> None:
+        self._refused(substrate, workloads.build("T2", source=repo_source))
+
+
+class TestRestoreDockerContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self) -> Iterator[Restorer]:
+        with _restorer(gvisor=False) as made:
+            yield made
+
+
+class TestRestoreDockerSessionContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self) -> Iterator[Restorer]:
+        with _restorer(gvisor=False, mode="session") as made:
+            yield made
+
+
+class TestRestoreGvisorContract(_NoSetupContract):
+    @pytest.fixture
+    def substrate(self, gvisor: None) -> Iterator[Restorer]:
+        with _restorer(gvisor=True) as made:
+            yield made
+
+
+class TestResumeDockerContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self) -> Iterator[WarmPool]:
+        with _paused(gvisor=False) as made:
+            yield made
+
+
+class TestResumeGvisorContract(SubstrateContract):
+    @pytest.fixture
+    def substrate(self, gvisor: None) -> Iterator[WarmPool]:
+        with _paused(gvisor=True) as made:
+            yield made
+
+
+@pytest.mark.parametrize("gvisor", [False, True], ids=["runc", "gvisor"])
+def test_a_stale_snapshot_fails_its_state_check_as_restore_corrupt(
+    gvisor: bool, request: pytest.FixtureRequest
+) -> None:
+    """A snapshot whose state is not what was recorded for it (here the value its first
+    process held, changed after it was taken): the restored environment runs, its first
+    command succeeds, and the rollout fails as ``restore_corrupt`` with both halves named."""
+    if gvisor:
+        request.getfixturevalue("gvisor")
+    with _restorer(gvisor) as restorer:
+        t0 = workloads.build("T0")
+        good = run_rollout(restorer, t0)
+        assert good.ok, good.run
+        assert_phases_add_up(good)
+        assert good.run["launch_type"] == "restore" and good.run["restore_s"] > 0
+        snapshot = restorer.snapshots["T0"]
+        snapshot["memory_token"] = "0" * 16  # what it holds no longer matches
+        stale = run_rollout(restorer, t0)
+        assert stale.run["status"] == "failed"
+        assert stale.run["error_class"] == "restore_corrupt", stale.run
+        assert "memory=" in stale.run["error_message"]
+        assert stale.run["time_to_first_command_s"] is not None  # it ran, and lost its state
+        assert stale.run["cleanup_ok"] == 1
+
+
+def test_a_kind_that_cannot_snapshot_is_refused_up_front() -> None:
+    """`local` has no snapshots: the restore path says so when it is built, not as a slow
+    failure later."""
+    with pytest.raises(Exception, match="can't snapshot") as caught:
+        Restorer(LocalSubstrate())
+    assert getattr(caught.value, "error_class", None) == "not_supported"
