@@ -79,6 +79,7 @@ bench: fixtures docker
 	$(PY) benchmarks/bench_local.py
 	$(PY) benchmarks/bench_docker.py
 	$(PY) benchmarks/bench_pool.py
+	$(PY) benchmarks/bench_paths.py
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_dashboard.py
 	$(PY) benchmarks/bench_ray.py

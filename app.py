@@ -16,6 +16,7 @@ page = st.navigation(
         st.Page("pages/overview.py", title="Overview", default=True),
         st.Page("pages/timeline.py", title="Timeline"),
         st.Page("pages/cold_start.py", title="Cold start"),
+        st.Page("pages/paths.py", title="Paths"),
         st.Page("pages/decomposition.py", title="Decomposition"),
         st.Page("pages/amortization.py", title="Amortization"),
         st.Page("pages/projection.py", title="Projection"),

@@ -30,6 +30,7 @@ PAGES = {
     "": ("Overview", 0),
     "timeline": ("Timeline", 1),
     "cold_start": ("Cold start", 2),
+    "paths": ("Paths", 0),
     "decomposition": ("Decomposition", 1),
     "amortization": ("Amortization", 2),
     "projection": ("Projection", 1),
@@ -360,3 +361,62 @@ def test_the_timeline_draws_a_maintenance_window_and_an_accepted_baseline(
         page.wait_for_load_state("networkidle")
         page.screenshot(path=str(artifacts / "timeline-baseline-maintenance.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_the_paths_view_shows_four_real_launch_paths_per_runtime(
+    browser, tmp_path: Path, artifacts: Path, runner_image: str, gvisor: None
+) -> None:
+    """docs/measurement.md#launch-paths: rollouts measured now on the real engine, cold, warm,
+    restore and resume on docker and docker-gvisor (two each), shown on the Paths page: a row
+    per substrate and path, with n, and the two snapshots the restores came from."""
+    from rtax.core import workloads
+    from rtax.core.kinds import NAMED
+    from rtax.rollouts.rollout import run_rollout
+    from rtax.settings.pool import PoolSettings
+    from rtax.substrates.docker.substrate import DockerSubstrate
+    from rtax.substrates.pool import WarmPool
+    from rtax.substrates.restore import Restorer
+
+    path = tmp_path / "paths.db"
+    with Store(path) as store:
+        for name in ("docker", "docker-gvisor"):
+
+            def inner(name: str = name) -> DockerSubstrate:
+                return DockerSubstrate(name=name, **NAMED[name][1])
+
+            launches = [
+                inner(),
+                WarmPool(inner(), PoolSettings(1), rollout_lifetime_s=3720),
+                Restorer(inner(), on_snapshot=store.snapshots.add),
+                WarmPool(inner(), PoolSettings(1), rollout_lifetime_s=3720, paused=True),
+            ]
+            for sub in launches:
+                try:
+                    sub.prepare(lambda _: None)
+                    for _ in range(2):
+                        record = run_rollout(sub, workloads.build("T0"))
+                        assert record.ok, record.run
+                        store.save_rollout(record)
+                finally:
+                    sub.close()
+    with (
+        dashboard({"RTAX_DB": str(path)}) as url,
+        new_page(browser, viewport={"width": 1400, "height": 1200}) as page,
+    ):
+        page.goto(f"{url}/paths")
+        page.get_by_role("heading", name="Paths", level=1).wait_for()
+        grid = page.get_by_test_id("stDataFrame").first
+        grid.wait_for()
+        for name in ("docker", "docker-gvisor"):
+            for launch in ("cold", "warm", "restore", "resume"):
+                expect(grid).to_contain_text(launch)
+            expect(grid).to_contain_text(name)
+        snapshots = page.get_by_test_id("stDataFrame").nth(1)
+        expect(snapshots).to_contain_text("docker-gvisor")
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(artifacts / "paths.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+    with Store(path) as store:
+        shown = store.runs.read(columns=["substrate", "launch_type"])
+    counts = shown.groupby(["substrate", "launch_type"]).size()
+    assert (counts == 2).all() and len(counts) == 8

@@ -27,6 +27,7 @@ PAGES = {
     "pages/overview.py": "Overview",
     "pages/timeline.py": "Timeline",
     "pages/cold_start.py": "Cold start",
+    "pages/paths.py": "Paths",
     "pages/decomposition.py": "Decomposition",
     "pages/amortization.py": "Amortization",
     "pages/projection.py": "Projection",
@@ -150,6 +151,42 @@ def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> N
     assert at.metric[0].value == format.ratio(ratio)  # real series only: never across fidelities
     assert "real" in at.metric[0].label and "emulated" in at.metric[1].label
     assert at.metric[1].value == "n/a"  # one emulated series has no spread
+
+
+def test_the_paths_table_puts_each_launch_type_of_a_substrate_side_by_side(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """docs/measurement.md#launch-paths: one row per substrate and path, cold first, each
+    figure the raw samples' percentile with its n; a path with no T2 shows none."""
+    path = tmp_path / "paths.db"
+    samples = {"cold": (0.30, 0.32, 0.35), "warm": (0.08, 0.09), "restore": (0.55, 0.60, 0.62)}
+    i = 0
+    with Store(path) as store:
+        for launch, values in samples.items():
+            for v in values:
+                store.save_rollout(
+                    _record(
+                        i := i + 1,
+                        "docker",
+                        "T0",
+                        0,
+                        v + 0.1,
+                        time_to_first_command_s=v,
+                        launch_type=launch,
+                    )
+                )
+        for v in (4.0, 4.5):
+            store.save_rollout(_record(i := i + 1, "docker", "T2", 0, v, launch_type="cold"))
+    at = _app(path, monkeypatch, "pages/paths.py")
+    _ok(at, "Paths")
+    shown = at.dataframe[0].value
+    assert list(shown["launch_type"]) == ["cold", "warm", "restore"]
+    shown = shown.set_index("launch_type")
+    for launch, values in samples.items():
+        assert shown.loc[launch, "ttfc_n"] == len(values)
+        assert float(shown.loc[launch, "ttfc_p50"]) == pytest.approx(stats.percentile(values, 50))
+    assert float(shown.loc["cold", "episode_p50"]) == pytest.approx(4.25)
+    assert str(shown.loc["warm", "episode_n"]) in ("", "nan", "None")  # no T2 on that path
 
 
 def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:

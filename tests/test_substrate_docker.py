@@ -213,7 +213,7 @@ def test_milestones_and_provenance(
     store.save_rollout(record)
     run = store.runs.read().iloc[0]
     names = [m["name"] for m in json.loads(run["milestones"])]
-    assert names == ["created", "started", "running", "first_command", "removed"]
+    assert names == ["created", "running", "first_command", "removed"]
     provenance = json.loads(run["provenance"])
     assert provenance["substrate"]["image_id"] == runner_image
     assert provenance["substrate"]["runtime"] == "runc"

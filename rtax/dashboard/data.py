@@ -173,6 +173,16 @@ def newest_runs(db: str, key: FilterKey, limit: int = DISTRIBUTION_ROWS) -> pd.D
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def snapshots(db: str) -> pd.DataFrame:
+    """Every snapshot a restore path made (the store's snapshots table), oldest first."""
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame()
+    with store:
+        return store.snapshots.read()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def has_rollups(db: str, key: FilterKey) -> bool:
     """Whether retention has folded any history inside the window."""
     store = _open(db)

@@ -254,3 +254,41 @@ def vantages(rows: pd.DataFrame) -> pd.DataFrame:
     out["workload"] = [workload_name(t, s) for t, s in zip(out["tier"], out["steps"], strict=True)]
     out = out.sort_values([*series, "ttfc_p50_s"], na_position="last")
     return out[list(VANTAGE_COLUMNS)].reset_index(drop=True)
+
+
+#: The launch paths in the order the Paths page shows them (docs/measurement.md#launch-paths).
+PATH_ORDER = ("cold", "warm", "restore", "resume")
+
+
+def paths(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per substrate and launch path, T0 time to first command and the T2 episode (each p50,
+    p95 and n, from summary rows of the fixed scripts), paths in `PATH_ORDER`: the four ways to
+    a ready environment side by side (the Paths page)."""
+    columns = ["substrate", "launch_type"]
+    out_columns = [
+        *columns,
+        "ttfc_n",
+        "ttfc_p50",
+        "ttfc_p95",
+        "episode_n",
+        "episode_p50",
+        "episode_p95",
+    ]
+    fixed = rows[rows["steps"] == 0] if not rows.empty else rows
+    if fixed.empty:
+        return pd.DataFrame(columns=out_columns)
+    parts = []
+    for tier, metric, name in (
+        ("T0", "time_to_first_command_s", "ttfc"),
+        ("T2", "episode_s", "episode"),
+    ):
+        table = summaries.latency(fixed[fixed["tier"] == tier], metric, columns)
+        table = table[[*columns, "n", "p50", "p95"]].rename(
+            columns={"n": f"{name}_n", "p50": f"{name}_p50", "p95": f"{name}_p95"}
+        )
+        parts.append(table.set_index(columns))
+    out = parts[0].join(parts[1], how="outer").reset_index()
+    order = {p: i for i, p in enumerate(PATH_ORDER)}
+    out["_order"] = out["launch_type"].map(order).fillna(len(order))
+    out = out.sort_values(["substrate", "_order"]).drop(columns=["_order"])
+    return out.reindex(columns=out_columns).reset_index(drop=True)
