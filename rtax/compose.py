@@ -231,7 +231,7 @@ class Composition:
                     ready_timeout_s=opt.ready_timeout_s,
                     ready_interval_s=opt.ready_interval_s,
                     cleanup_timeout_s=opt.cleanup_timeout_s,
-                    on_snapshot=self._record_snapshot,
+                    on_snapshot=self.record_snapshot,
                 )
                 self.pools[key] = pool
             elif pool is None:
@@ -249,7 +249,7 @@ class Composition:
                 self.pools[key] = pool
         return pool
 
-    def _record_snapshot(self, row: dict[str, Any]) -> None:
+    def record_snapshot(self, row: dict[str, Any]) -> None:
         """Keep a snapshot the restore path made (its time and size are measurements)."""
         store = self.store()
         try:

@@ -60,7 +60,7 @@ def test_a_builtin_name_needs_no_configuration_entry(tmp_path: Path) -> None:
     assert (gvisor.name, gvisor.kind, gvisor.params, gvisor.emulate) == (
         "docker-gvisor",
         "docker",
-        {"runtime": "runsc"},
+        {"runtime": "runsc", "snapshot_runtime": "runsc-checkpoint"},
         False,
     )
     local = composition.substrate("local", mode=None)  # overrides of None are dropped

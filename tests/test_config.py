@@ -30,7 +30,10 @@ def test_shipped_default_is_valid() -> None:
     conf = config.load(checkout_root() / "rtax.toml")
     assert set(conf.substrates) == {"local", "docker", "docker-gvisor"}
     assert conf.substrates["docker"].optional and not conf.substrates["local"].optional
-    assert conf.substrates["docker-gvisor"].params == {"runtime": "runsc"}
+    assert conf.substrates["docker-gvisor"].params == {
+        "runtime": "runsc",
+        "snapshot_runtime": "runsc-checkpoint",
+    }
     assert {(p.tier, p.steps) for p in conf.plans} >= {
         ("T0", 0),
         ("T1", 0),

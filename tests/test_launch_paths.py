@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from contract import SubstrateContract, assert_phases_add_up
+from polling import deadline_s
 from rtax.core import workloads
 from rtax.core.kinds import NAMED
 from rtax.core.workloads import RepoSource
 from rtax.rollouts.rollout import run_rollout
 from rtax.settings.pool import PoolSettings
+from rtax.store.database import Store
 from rtax.substrates import kit
 from rtax.substrates.docker.substrate import SNAPSHOT_REPOSITORY, DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
@@ -171,3 +174,37 @@ def test_a_kind_that_cannot_snapshot_is_refused_up_front() -> None:
     with pytest.raises(Exception, match="can't snapshot") as caught:
         Restorer(LocalSubstrate())
     assert getattr(caught.value, "error_class", None) == "not_supported"
+
+
+def test_rtax_fork_compares_a_group_restored_from_one_snapshot_with_cold_and_warm(
+    tmp_path: Path,
+) -> None:
+    """`rtax fork --group 3` on docker: three load runs (cold, warm, restore) of 3 rollouts
+    each, all ok and linked, the restores from one snapshot (one row in snapshots), and
+    nothing left on the engine."""
+    db = tmp_path / "fork.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "rtax", "fork", "--substrate", "docker", "-g", "3", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=deadline_s(600),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fork of 3" in done.stdout and "restore" in done.stdout
+    with Store(db, create=False) as store:
+        loads = store.loads.read()
+        runs = store.runs.read()
+        snapshots = store.snapshots.read()
+    assert sorted(loads["launch_type"]) == ["cold", "restore", "warm"]
+    assert (loads["rollouts"] == 3).all() and (loads["ok"] == 3).all()
+    assert loads["time_to_all_ready_s"].notna().all()
+    by_load = runs.merge(loads[["load_id", "launch_type"]], on="load_id", suffixes=("", "_load"))
+    assert (by_load["launch_type"] == by_load["launch_type_load"]).all()
+    assert len(snapshots) == 1 and snapshots.iloc[0]["tier"] == "T0"
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={kit.SUBSTRATE}=docker"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert left == ""

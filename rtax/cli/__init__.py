@@ -32,7 +32,7 @@ from rtax.cli.flags import (
     UsageError,
 )
 from rtax.cli.parser import build_parser
-from rtax.cli.rollouts import cmd_burst, cmd_probe
+from rtax.cli.rollouts import cmd_burst, cmd_fork, cmd_probe
 from rtax.core import redaction
 from rtax.service.stopping import Terminated, signals
 from rtax.settings.config import ConfigError
@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {
         "probe": cmd_probe,
         "burst": cmd_burst,
+        "fork": cmd_fork,
         "export": cmd_export,
         "incidents": cmd_incidents,
         "maintenance": cmd_maintenance,

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _rollouts(sub: argparse._SubParsersAction, conf: Parser, db: Parser) -> None:
-    """``rtax probe`` and ``rtax burst``."""
+    """``rtax probe``, ``rtax burst`` and ``rtax fork``."""
     seconds = number(float, positive=True)
     probe = sub.add_parser("probe", parents=[conf, db], help="run rollouts, store every sample")
     builtins = ", ".join(builtin_names())
@@ -65,6 +65,18 @@ def _rollouts(sub: argparse._SubParsersAction, conf: Parser, db: Parser) -> None
     burst.add_argument("--seed", type=number(int, high=MAX_SEED), default=0, help="trajectory seed")
     burst.add_argument("--deadline", type=seconds, default=3600.0, help="per rollout, s")
     burst.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+    fork = sub.add_parser(
+        "fork",
+        parents=[conf, db],
+        help="G environments at once from one snapshot, beside G cold and G warm (docs/load.md)",
+    )
+    fork.add_argument("--substrate", required=True, help="a kind that snapshots (docker, ...)")
+    fork.add_argument(
+        "--group", "-g", type=number(int, low=1, high=MAX_ROLLOUTS), default=8, help="G"
+    )
+    fork.add_argument("--deadline", type=seconds, default=3600.0, help="per rollout, s")
+    fork.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 
 def _data(sub: argparse._SubParsersAction, db: Parser) -> None:

@@ -91,6 +91,38 @@ def cmd_burst(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_fork(args: argparse.Namespace) -> int:
+    import logging
+
+    from rtax.rollouts import fork
+
+    spool_log.addHandler(logging.NullHandler())
+    done = fork.fork(
+        args.substrate,
+        args.group,
+        db=args.db,
+        config=args.config,
+        deadline=args.deadline,
+        log=None if args.quiet else say,
+        progress=not args.quiet,
+        stop=STOP,
+    )
+    if done.interrupted is not None:
+        terminated = isinstance(done.interrupted, Terminated) or stopping.terminated()
+        print(
+            f"\n{'terminated' if terminated else 'interrupted'}: the groups run so far are "
+            "stored; the one in flight was cleaned up",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    failed = sum(
+        int(r.row.get("rollouts") or 0) - int(r.row.get("ok") or 0) for r in done.runs.values()
+    )
+    if not args.quiet:
+        print(done.summary())
+    return 1 if failed else 0
+
+
 def _ended(done: Any, command: str, quiet: bool, interrupted: str) -> int:
     """How `probe` and `burst` end: what was replayed or spooled, the summary (or, quiet, the
     failures), and the exit code (docs/cli.md)."""

@@ -50,7 +50,7 @@ from rtax.settings import config
 from rtax.settings.loads import LoadError, LoadPlan
 from rtax.store.database import Store, StoreError
 from rtax.store.spool import RETRY_PAUSES_S, Spool, is_busy
-from rtax.substrates.base import Substrate, clock
+from rtax.substrates.base import Substrate, clock, launch_type
 
 #: How long a stop waits, past the cleanup timeout, for rollouts still in flight.
 STOP_GRACE_S = 10.0
@@ -166,6 +166,7 @@ def _identity(load_id: str, plan: LoadPlan, sub: Substrate) -> dict[str, Any]:
         "shape": plan.shape,
         "n": plan.n,
         "every_s": plan.every_s,
+        "launch_type": launch_type(sub),
         "started_at": utcnow(),
         "host_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         **origin(),

@@ -142,6 +142,17 @@ class Restorer:
     def prepare_for(self, workload: Workload, run_id: str) -> dict[str, Any]:
         """The snapshot the rollout `run_id` of `workload` restores, made first if this tier
         and image have none yet (outside any rollout's clock); what its provenance keeps."""
+        snap = self.ensure(workload)
+        with self._lock:
+            self._for_run[run_id] = snap
+        return {
+            key: snap[key]
+            for key in ("snapshot_id", "made_at", "snapshot_s", "size_bytes", "image")
+        }
+
+    def ensure(self, workload: Workload) -> dict[str, Any]:
+        """The snapshot of `workload`'s tier for the image in use, made now if there is none
+        (a fork makes it before its group's clock starts)."""
         support = self.inner.snapshot_support(bool(workload.setup))
         if support is not None:
             raise NotSupported(f"{self.name} can't restore {workload.tier}: {support}")
@@ -155,11 +166,7 @@ class Restorer:
                     self._forget(snap, "replaced")
                 snap = self._make(workload, key, described, toolchain)
                 self.snapshots[workload.tier] = snap
-            self._for_run[run_id] = snap
-        return {
-            key: snap[key]
-            for key in ("snapshot_id", "made_at", "snapshot_s", "size_bytes", "image")
-        }
+        return snap
 
     def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:
         """A fresh environment restored from the snapshot `prepare_for` chose for `run_id`."""
