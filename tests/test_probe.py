@@ -355,7 +355,7 @@ class _Pooled(FakeSubstrate):
     refuse: Exception | None = None
     launch_type = "warm"
 
-    def setup_of(self, setup: tuple[Action, ...]) -> tuple[Action, ...]:
+    def setup_of(self, env: Environment, setup: tuple[Action, ...]) -> tuple[Action, ...]:
         return setup
 
     def claim(self, run_id: str, *, lifetime_s: float, timeout_s: float) -> Environment:

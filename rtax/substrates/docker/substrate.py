@@ -240,7 +240,12 @@ class DockerSubstrate:
             session.close()
         try:
             with self._call_timeout(timeout_s):
-                self.api.remove_container(env.env_id, force=True)
+                try:
+                    self.api.remove_container(env.env_id, force=True)
+                except errors.APIError as exc:
+                    if not self._thawed(env, exc):
+                        raise
+                    self.api.remove_container(env.env_id, force=True)
         except errors.NotFound:
             pass  # already gone: verified below
         except errors.APIError as exc:
@@ -381,6 +386,21 @@ class DockerSubstrate:
     def _gvisor(self, runtime: str | None) -> bool:
         entry = (self._info().get("Runtimes") or {}).get(runtime or "runc") or {}
         return "runsc" in os.path.basename(str(entry.get("path") or ""))
+
+    def _thawed(self, env: Environment, exc: Exception) -> bool:
+        """After a refused removal: whether `env` was frozen (a resume pool's, found by the
+        reaper) and is thawed now. A frozen gVisor container can't be killed ("Could not kill
+        running container"), so its removal is tried again once thawed; asked only then, so a
+        normal cleanup makes no extra call."""
+        if isinstance(exc, _docker().errors.NotFound):
+            return False
+        try:
+            if not self.api.inspect_container(env.env_id)["State"].get("Paused"):
+                return False
+            self.api.unpause(env.env_id)
+        except _docker().errors.APIError:
+            return False
+        return True
 
     def leftovers(self) -> list[Leftover]:
         # Only this substrate's own (docker and docker-gvisor share an engine).
