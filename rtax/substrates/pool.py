@@ -36,8 +36,9 @@ from typing import Any
 from rtax.core.failures import Cancelled, ClaimTimeout, NotSupported, SubstrateError
 from rtax.core.workloads import Action
 from rtax.settings.pool import PoolSettings
-from rtax.substrates.base import CommandResult, Environment, Leftover, Pauses, Substrate, clock
+from rtax.substrates.base import Environment, Pauses, Substrate, clock
 from rtax.substrates.coldstart import cold_start
+from rtax.substrates.wrapper import Wrapper
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class _State:
     failures: int = 0
 
 
-class WarmPool:
+class WarmPool(Wrapper):
     """`size` environments of `inner` kept ready (`PoolSettings`); rollouts `claim` them.
 
     It speaks the whole substrate protocol, each call passed to `inner` (the reaper and the
@@ -129,49 +130,12 @@ class WarmPool:
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
 
-    # -- the wrapped substrate's identity ------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def kind(self) -> str:
-        return self.inner.kind
-
-    @property
-    def fidelity(self) -> str:
-        return self.inner.fidelity
-
-    @property
-    def mode(self) -> str:
-        return self.inner.mode
-
-    @property
-    def host_address(self) -> str | None:
-        return self.inner.host_address
-
-    # -- the protocol, passed through --------------------------------------------------------
+    # -- the protocol, passed through (`Wrapper`), but for these -----------------------------
 
     def prepare(self, log: Callable[[str], None]) -> None:
         """Prepare the wrapped substrate, then fill the pool (`fill`): before any clock starts."""
         self.inner.prepare(log)
         self.fill(log)
-
-    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
-        return self.inner.create(run_id, lifetime_s=lifetime_s)
-
-    def wait_running(self, env: Environment, timeout_s: float) -> None:
-        self.inner.wait_running(env, timeout_s)
-
-    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
-        return self.inner.run(env, command, timeout_s)
-
-    def destroy(self, env: Environment, timeout_s: float) -> None:
-        self.inner.destroy(env, timeout_s)
-
-    def leftovers(self) -> list[Leftover]:
-        return self.inner.leftovers()
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "pool": self.settings.describe()}

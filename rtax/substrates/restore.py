@@ -36,13 +36,12 @@ from rtax.core.workloads import Action, Workload, warmup
 from rtax.substrates import state
 from rtax.substrates.base import (
     READY_COMMAND,
-    CommandResult,
     Environment,
-    Leftover,
     Snapshots,
     Substrate,
     clock,
 )
+from rtax.substrates.wrapper import Wrapper
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class SnapshotFailed(SubstrateError):
     error_class = "setup_error"
 
 
-class Restorer:
+class Restorer(Wrapper):
     """Rollouts of `inner` restored from a snapshot of each tier (see the module's doc)."""
 
     #: the series of its rollouts (`rtax.substrates.base.Claims`)
@@ -92,47 +91,7 @@ class Restorer:
         #: run id -> the snapshot its rollout restores (`prepare_for` → `claim`, `setup_of`)
         self._for_run: dict[str, dict[str, Any]] = {}
 
-    # -- the wrapped substrate's identity ------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def kind(self) -> str:
-        return self.inner.kind
-
-    @property
-    def fidelity(self) -> str:
-        return self.inner.fidelity
-
-    @property
-    def mode(self) -> str:
-        return self.inner.mode
-
-    @property
-    def host_address(self) -> str | None:
-        return self.inner.host_address
-
-    # -- the protocol, passed through ----------------------------------------------------------
-
-    def prepare(self, log: Callable[[str], None]) -> None:
-        self.inner.prepare(log)
-
-    def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
-        return self.inner.create(run_id, lifetime_s=lifetime_s)
-
-    def wait_running(self, env: Environment, timeout_s: float) -> None:
-        self.inner.wait_running(env, timeout_s)
-
-    def run(self, env: Environment, command: str, timeout_s: float) -> CommandResult:
-        return self.inner.run(env, command, timeout_s)
-
-    def destroy(self, env: Environment, timeout_s: float) -> None:
-        self.inner.destroy(env, timeout_s)
-
-    def leftovers(self) -> list[Leftover]:
-        return self.inner.leftovers()
+    # -- the protocol, passed through (`Wrapper`), but for its description -----------------
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "launch": "restore"}
