@@ -111,6 +111,9 @@ class WarmPool(Wrapper):
         #: keep the environments frozen (the cgroup freezer) until claimed: the resume path
         #: (docs/measurement.md#launch-paths), whose claim thaws one
         self.paused = paused
+        #: the ids of the environments frozen now (made, not yet claimed): whatever removes one,
+        #: the pool or the reaper through `destroy`, thaws it first
+        self._frozen: set[str] = set()
         #: the series of the rollouts that claim from it (`rtax.substrates.base.Claims`)
         self.launch_type = "resume" if paused else "warm"
         self.settings = settings
@@ -139,6 +142,16 @@ class WarmPool(Wrapper):
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "pool": self.settings.describe()}
+
+    def destroy(self, env: Environment, timeout_s: float) -> None:
+        """Remove `env`, thawing it first if the pool froze it: a forced removal of a frozen
+        gVisor container fails ("Could not kill running container ... is zombie"), and on runc
+        it waits out the engine's kill timeout. A claimed (thawed) one costs no extra call."""
+        if env.env_id in self._frozen:
+            with contextlib.suppress(Exception):  # then the removal says what is wrong
+                self.inner.unpause(env)
+            self._frozen.discard(env.env_id)
+        self.inner.destroy(env, timeout_s)
 
     # -- the pool ----------------------------------------------------------------------------
 
@@ -207,6 +220,7 @@ class WarmPool(Wrapper):
         if self.paused:
             try:
                 self.inner.unpause(env)  # the resume: its processes run again
+                self._frozen.discard(env.env_id)
             except BaseException:
                 self._remove(env)
                 raise
@@ -365,6 +379,7 @@ class WarmPool(Wrapper):
         if self.paused:
             try:
                 self.inner.pause(made.env)
+                self._frozen.add(made.env.env_id)
             except BaseException:
                 self._remove(made.env)
                 raise
@@ -380,12 +395,7 @@ class WarmPool(Wrapper):
     def _remove(self, env: Environment) -> None:
         """Destroy one of the pool's environments; a failure is logged (its labels let the
         reaper remove it later), never raised: the pool's own clean-up is no rollout's."""
-        if self.paused:
-            # a frozen container ignores the kill a forced removal sends until the engine's
-            # own timeout (10 s on Docker with gVisor): thaw it first
-            with contextlib.suppress(Exception):
-                self.inner.unpause(env)
         try:
-            self.inner.destroy(env, self.cleanup_timeout_s)
+            self.destroy(env, self.cleanup_timeout_s)
         except Exception as exc:
             log.warning("warm pool of %s: could not destroy %s: %s", self.name, env.env_id, exc)
