@@ -6,6 +6,12 @@ Popen's ``__del__``: "Exception ignored in ..."); CI saw `rtax probe` carry on a
 that way. So the handlers also set `STOP`, which every long wait watches (the batch between
 rollouts, the runner at every step, `rtax schedule`, `rtax emulate`), and `signals()` re-raises
 at its end a signal whose exception was lost.
+
+Only the first signal raises. A second one (Ctrl-C in a terminal sends SIGINT to every process
+of the group, and `make run` then sends its scheduler SIGTERM too) lands in the clean-up the
+first one started, and an exception there would cut it short: seen as a scheduler that said
+"cleaned up" and left its warm pools' containers, its snapshots' folders and a committed image
+behind. So a later signal only sets the flag; the clean-up is bounded by its calls' timeouts.
 """
 
 from __future__ import annotations
@@ -30,16 +36,20 @@ def terminated() -> bool:
     return signal.SIGTERM in _RECEIVED
 
 
-def _terminate(signum: int, frame: object) -> None:
+def _stop(signum: int, raised: type[KeyboardInterrupt]) -> None:
+    first = not _RECEIVED
     _RECEIVED.append(signum)
     STOP.set()
-    raise Terminated
+    if first:  # a later one lands in the first one's clean-up: not cut short (module doc)
+        raise raised
+
+
+def _terminate(signum: int, frame: object) -> None:
+    _stop(signum, Terminated)
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    _RECEIVED.append(signum)
-    STOP.set()
-    raise KeyboardInterrupt
+    _stop(signum, KeyboardInterrupt)
 
 
 @contextmanager
