@@ -42,10 +42,13 @@ The operations, per emulation:
   ``agent`` (the SSM agent of a launched instance: failed, it never comes online; delayed, it
   comes online late).
 - **daytona**, requests: ``create``, ``get``, ``list``, ``delete``, ``toolbox_url``,
-  ``execute``, ``session_create``, ``session_list``, ``session_get``, ``session_delete``,
-  ``session_exec``, ``command_get``, ``command_logs``; background: ``start`` (a created
-  sandbox starting: failed, it goes to state ``error`` with the message as ``errorReason``;
-  delayed, it provisions that long).
+  ``sandbox_snapshot``, ``fork``, ``pause``, ``start_sandbox``, ``snapshot_get``,
+  ``snapshot_delete``, ``metrics``, ``execute``, ``session_create``, ``session_list``,
+  ``session_get``, ``session_delete``, ``session_exec``, ``command_get``, ``command_logs``;
+  background: ``start`` (a created sandbox starting: failed, it goes to state ``error`` with
+  the message as ``errorReason``; delayed, it provisions that long) and ``snapshot`` (a
+  sandbox's container committed into a snapshot: failed, the snapshot goes to ``error`` and
+  the sandbox back to started; delayed, it commits that long).
 
 Not faults: what happens now to one named object (Daytona's ``set_error`` breaks a running
 sandbox) is a method of its emulation, and real API calls (terminating an EC2 instance) are made

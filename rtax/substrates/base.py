@@ -131,13 +131,17 @@ class Leftover(Environment):
     process that created it, so that
     the reaper can tell a crashed run's orphan from an environment that a live run still uses;
     `expires_at` (UTC, ISO) is when no rollout can be using it any more, whoever its owner
-    (None: made before environments carried an expiry, or outside a rollout).
+    (None: made before environments carried an expiry, or outside a rollout). `frozen`: it was
+    listed paused (a resume pool's, whose owner is gone), so its kind thaws it before removing
+    it: a frozen gVisor sandbox can't be killed, and a forced removal tried first can leave it
+    a zombie that is no longer paused to thaw.
     """
 
     created_at: str | None = None
     owner: str | None = None
     detail: str = ""
     expires_at: str | None = None
+    frozen: bool = False
 
 
 def redacting(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -264,7 +268,14 @@ class PreparesLaunch(Protocol):
 @runtime_checkable
 class Snapshots(Protocol):
     """A kind whose environments can be snapshotted and restored (docs/measurement.md#launch-paths):
-    the restore path (`rtax.substrates.restore`) calls these."""
+    the restore path (`rtax.substrates.restore`) calls these.
+
+    What a snapshot keeps differs by kind, and the state check must not claim more than it
+    keeps: a checkpoint (Docker's CRIU or runsc) keeps the files and the processes' memory, a
+    filesystem snapshot (Daytona's ``create_snapshot``) the files alone. A kind whose snapshots
+    keep no memory says so with a class attribute ``snapshot_keeps_memory = False``; one that
+    says nothing keeps both (`snapshot_keeps_memory`). It is not a member of this protocol, so
+    that every kind that snapshots need not repeat the default."""
 
     def snapshot_support(self, tier_has_setup: bool) -> str | None:
         """Why a workload (with a set-up, or without) can't be snapshotted here; None: it can."""
@@ -272,13 +283,15 @@ class Snapshots(Protocol):
 
     def snapshot_source(self, run_id: str, *, token: str, lifetime_s: float) -> Environment:
         """A cold, running environment whose first process holds `token` in memory
-        (`rtax.substrates.state.holder_command`), to be set up and snapshotted."""
+        (`rtax.substrates.state.holder_command`), to be set up and snapshotted. A kind whose
+        snapshots keep no memory may ignore `token`: nothing will ask for it."""
         ...
 
     def snapshot(self, env: Environment, into: str) -> dict[str, Any]:
-        """Checkpoint `env` (its files and its processes' memory) under the folder `into`; the
-        environment is stopped by it and destroyed by the caller. Returns what `restore` needs
-        (and ``image``, ``size_bytes``), JSON-serialisable."""
+        """Snapshot `env` (its files, and its processes' memory where the kind keeps it)
+        under the folder `into` (a kind whose snapshots live in a service names them after
+        it); the snapshot may stop the environment, and the caller destroys it. Returns what
+        `restore` needs (and ``image``, ``size_bytes``), JSON-serialisable."""
         ...
 
     def restore(self, snapshot: dict[str, Any], run_id: str, *, lifetime_s: float) -> Environment:
@@ -287,17 +300,41 @@ class Snapshots(Protocol):
         ...
 
     def forget(self, snapshot: dict[str, Any]) -> None:
-        """Remove what `snapshot` keeps (its checkpoint files, a committed image)."""
+        """Remove what `snapshot` keeps (its checkpoint files, a committed image, a
+        service's snapshot)."""
         ...
 
 
 @runtime_checkable
 class Pauses(Protocol):
-    """A kind whose running environments can be frozen and thawed (the cgroup freezer)."""
+    """A kind whose running environments can be frozen and thawed (the cgroup freezer, or a
+    service's pause and start of a sandbox)."""
 
     def pause(self, env: Environment) -> None: ...
 
     def unpause(self, env: Environment) -> None: ...
+
+
+@runtime_checkable
+class Weighs(Protocol):
+    """A kind that can say how much memory one of its environments holds: what a warm or
+    paused pool keeps while idle (docs/measurement.md#launch-paths), measured by the pool
+    after each environment is made and before any claim, so no claim pays for the call."""
+
+    def memory_bytes(self, env: Environment) -> int | None:
+        """The memory `env` holds now (its cgroup's usage less the page cache the kernel can
+        drop, as ``docker stats`` shows it); None when the runtime doesn't say."""
+        ...
+
+
+def snapshot_keeps_memory(substrate: object) -> bool:
+    """Whether `substrate`'s snapshots keep its processes' memory as well as its files: its
+    ``snapshot_keeps_memory`` attribute, True when it has none (a checkpoint, as Docker's).
+
+    Why True by default: the state check then asks for both halves, so a kind that forgets to
+    say its snapshots lose memory fails its restores as ``restore_corrupt``, loudly, and never
+    passes a check it did not make (docs/measurement.md#launch-paths)."""
+    return bool(getattr(substrate, "snapshot_keeps_memory", True))
 
 
 def launch_type(substrate: object) -> str:

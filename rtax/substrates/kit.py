@@ -129,9 +129,11 @@ def leftover(
     *,
     created_at: str | datetime | float | None = None,
     detail: str = "",
+    frozen: bool = False,
 ) -> Leftover:
     """A `Leftover` from the labels an environment carries. `created_at` is the API's own
-    creation time (ISO text, a datetime or a Unix time), used when the label has none."""
+    creation time (ISO text, a datetime or a Unix time), used when the label has none;
+    `frozen`: listed paused (`Leftover.frozen`)."""
     created = found.get(CREATED_AT) or created_at
     if isinstance(created, datetime):
         created = created.isoformat()
@@ -144,6 +146,7 @@ def leftover(
         owner=found.get(OWNER),
         detail=detail,
         expires_at=found.get(EXPIRES_AT),
+        frozen=frozen,
     )
 
 

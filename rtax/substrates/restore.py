@@ -12,6 +12,11 @@ Why it is built this way (docs/measurement.md#launch-paths):
 - Every restored environment proves it holds that state before its rollout goes on: its only
   set-up is the state check (`setup_of`), and a mismatch fails the rollout as
   ``restore_corrupt``, however fast the restore was. The tier's own set-up is in the snapshot.
+- The check asks only for what the kind's snapshots keep
+  (`rtax.substrates.base.snapshot_keeps_memory`): both halves after a checkpoint (Docker's),
+  the file alone after a filesystem snapshot (Daytona's), whose restored processes start fresh.
+  Which one ran is in every rollout's launch provenance (``state_check``: ``file+memory`` or
+  ``file``), so a file-only row is never read as one that proved its memory.
 - How long the snapshot took and what it holds on disk are measurements too: each is passed to
   `on_snapshot` (the store's snapshots table) and kept in the rollouts' provenance.
 """
@@ -40,6 +45,7 @@ from rtax.substrates.base import (
     Snapshots,
     Substrate,
     clock,
+    snapshot_keeps_memory,
 )
 from rtax.substrates.wrapper import Wrapper
 
@@ -47,6 +53,10 @@ log = logging.getLogger(__name__)
 
 #: Run ids of the environments snapshots are made from (their labels let the reaper find them).
 SNAPSHOT_RUN_PREFIX = "snapshot-"
+#: What a restored environment's state check asks for (`state_check`), per what the kind's
+#: snapshots keep: kept in each rollout's launch provenance as ``state_check``.
+BOTH_HALVES = "file+memory"
+FILE_ONLY = "file"
 
 
 class SnapshotFailed(SubstrateError):
@@ -106,7 +116,14 @@ class Restorer(Wrapper):
             self._for_run[run_id] = snap
         return {
             key: snap[key]
-            for key in ("snapshot_id", "made_at", "snapshot_s", "size_bytes", "image")
+            for key in (
+                "snapshot_id",
+                "made_at",
+                "snapshot_s",
+                "size_bytes",
+                "image",
+                "state_check",
+            )
         }
 
     def ensure(self, workload: Workload) -> dict[str, Any]:
@@ -158,6 +175,7 @@ class Restorer(Wrapper):
     ) -> dict[str, Any]:
         snapshot_id = uuid.uuid4().hex[:16]
         memory, file = secrets.token_hex(8), secrets.token_hex(8)
+        keeps_memory = snapshot_keeps_memory(self.inner)
         made_at = datetime.now(UTC).isoformat(timespec="microseconds")
         lifetime = self.running_timeout_s + self.ready_timeout_s + 3600.0
         env = self.inner.snapshot_source(
@@ -185,8 +203,10 @@ class Restorer(Wrapper):
             "snapshot_id": snapshot_id,
             "tier": workload.tier,
             "made_at": made_at,
-            "memory_token": memory,
+            # a snapshot that keeps no memory holds no token to check: None, not a guess
+            "memory_token": memory if keeps_memory else None,
             "file_token": file,
+            "state_check": BOTH_HALVES if keeps_memory else FILE_ONLY,
             "setup_s": t1 - t0,
             "warmup_s": t2 - t1,
             "snapshot_s": t4 - t3,
@@ -238,15 +258,15 @@ class Restorer(Wrapper):
 
 
 def state_check(snap: dict[str, Any]) -> Action:
-    """The set-up of a restored environment: both halves of the snapshot's state, or the
-    rollout fails as ``restore_corrupt``."""
-    return Action(
-        "check",
-        state.check_command(),
-        expect_stdout=state.expected(snap["file_token"], snap["memory_token"]),
-        timeout_s=60.0,
-        failure=RestoreCorrupt,
-    )
+    """The set-up of a restored environment: the halves of the snapshot's state its kind keeps
+    (both, or the file alone: ``snap["state_check"]``), or the rollout fails as
+    ``restore_corrupt``."""
+    if snap.get("state_check") == FILE_ONLY:
+        command, expect = state.check_file_command(), state.expected_file(snap["file_token"])
+    else:
+        command = state.check_command()
+        expect = state.expected(snap["file_token"], snap["memory_token"])
+    return Action("check", command, expect_stdout=expect, timeout_s=60.0, failure=RestoreCorrupt)
 
 
 def _key(workload: Workload, image_id: Any, toolchain: Any) -> str:

@@ -5,6 +5,11 @@ in the memory of the environment's first process (its processes). Plain POSIX sh
 any kind that snapshots can use them (docs/measurement.md#launch-paths): the kind starts its
 snapshottable environments with `holder_command` as their first process, the restore path
 writes the file with `mark_command` and checks both with `check_command`.
+
+A kind whose snapshots keep the files alone (a filesystem snapshot, as Daytona's: see
+`rtax.substrates.base.snapshot_keeps_memory`) is checked with `check_file_command`: asking for a
+memory its snapshots can't keep would fail every restore, and faking the answer would be worse,
+so only the half the snapshot holds is checked, and the run's provenance says which.
 """
 
 from __future__ import annotations
@@ -44,3 +49,15 @@ def check_command() -> str:
 def expected(file_token: str, memory_token: str) -> str:
     """What `check_command` prints in an environment that holds the snapshot's state."""
     return f"file={file_token} memory={memory_token}"
+
+
+def check_file_command() -> str:
+    """The state check of a restored environment whose snapshot keeps no memory: the file
+    half alone, printed as ``file=...``. It signals no process: PID 1 there is not
+    `holder_command` (the kind's own init, which a stray SIGUSR1 could end)."""
+    return f'echo "file=$(cat {STATE_FILE} 2>/dev/null)"'
+
+
+def expected_file(file_token: str) -> str:
+    """What `check_file_command` prints in an environment that holds the snapshot's file."""
+    return f"file={file_token}"

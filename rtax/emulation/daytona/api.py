@@ -24,6 +24,13 @@ ROUTES = {
     "get": ("GET", "/api/sandbox/{ref}"),
     "delete": ("DELETE", "/api/sandbox/{ref}"),
     "toolbox_url": ("GET", "/api/sandbox/{ref}/toolbox-proxy-url"),
+    "sandbox_snapshot": ("POST", "/api/sandbox/{ref}/snapshot"),
+    "fork": ("POST", "/api/sandbox/{ref}/fork"),
+    "pause": ("POST", "/api/sandbox/{ref}/pause"),
+    "start_sandbox": ("POST", "/api/sandbox/{ref}/start"),
+    "snapshot_get": ("GET", "/api/snapshots/{ref}"),
+    "snapshot_delete": ("DELETE", "/api/snapshots/{ref}"),
+    "metrics": ("GET", "/toolbox/{sid}/system/metrics"),
     "execute": ("POST", f"{_BOX}/execute"),
     "session_create": ("POST", f"{_BOX}/session"),
     "session_list": ("GET", f"{_BOX}/session"),
@@ -34,7 +41,10 @@ ROUTES = {
     "command_logs": ("GET", f"{_BOX}/session/{{session}}/command/{{cmd}}/logs"),
 }
 OPERATIONS = {op: f"{method} {path}" for op, (method, path) in ROUTES.items()}
-BACKGROUND = {"start": "a created sandbox provisioning and starting"}
+BACKGROUND = {
+    "start": "a created sandbox provisioning and starting",
+    "snapshot": "a sandbox's container being committed into a snapshot",
+}
 
 REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            408: "Request Timeout", 409: "Conflict", 429: "Too Many Requests",

@@ -10,6 +10,7 @@ and the commands to `toolbox`.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import socket
 import threading
@@ -55,6 +56,7 @@ class DaytonaEmulation(LoopbackServer):
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sio: Any = None
+        self._emit_lock: asyncio.Lock | None = None
         self._started = False
 
     # -- what tests read and do ----------------------------------------------------------------
@@ -151,6 +153,7 @@ class DaytonaEmulation(LoopbackServer):
 
         sio = socketio.AsyncServer(async_mode="asgi", cors_allowed_origins=[])
         self._sio = sio
+        self._emit_lock = None  # a new server, a new loop
 
         @sio.event
         async def connect(sid: str, environ: dict[str, Any], auth: Any) -> None:
@@ -167,6 +170,12 @@ class DaytonaEmulation(LoopbackServer):
             "get": self._get,
             "delete": self._delete,
             "toolbox_url": self._toolbox_url,
+            "sandbox_snapshot": self._sandbox_snapshot,
+            "fork": self._fork,
+            "pause": self._pause,
+            "start_sandbox": self._start_sandbox,
+            "snapshot_get": self._snapshot_get,
+            "snapshot_delete": self._snapshot_delete,
         }
         routes = [
             Route(path, self._endpoint(op, api.get(op) or getattr(self.toolbox, op)), methods=[m])
@@ -193,7 +202,9 @@ class DaytonaEmulation(LoopbackServer):
                 if fault is not None and fault.refuses:
                     assert fault.status is not None
                     raise HttpError(fault.status, fault.message, fault.code, fault.headers)
-                body = await request.json() if request.method == "POST" else None
+                # a POST without a body (pause, start) has none to parse
+                raw = await request.body() if request.method == "POST" else b""
+                body = json.loads(raw) if raw else ({} if request.method == "POST" else None)
                 status, payload = await run_in_threadpool(
                     handler, dict(request.path_params), dict(request.query_params), body
                 )
@@ -215,9 +226,17 @@ class DaytonaEmulation(LoopbackServer):
     def _emit(self, event: str, payload: Any) -> None:
         """Send `event` to the organization's room (from any thread), once a client is on."""
         if self._loop is not None and self._sio is not None and not self._loop.is_closed():
-            asyncio.run_coroutine_threadsafe(
-                self._sio.emit(event, payload, room=ORGANIZATION_ID), self._loop
-            )
+            asyncio.run_coroutine_threadsafe(self._emit_in_order(event, payload), self._loop)
+
+    async def _emit_in_order(self, event: str, payload: Any) -> None:
+        """One event after the other, in the order they were emitted: each ``emit`` awaits
+        inside, so two sent at once (a sandbox's ``pausing`` and, a few ms later, ``paused``)
+        could otherwise reach a client swapped, and the SDK's cached state end on the older.
+        The coroutines start in the order scheduled, and the lock queues them in that order."""
+        if self._emit_lock is None:  # made on the server's loop, on first use
+            self._emit_lock = asyncio.Lock()
+        async with self._emit_lock:
+            await self._sio.emit(event, payload, room=ORGANIZATION_ID)
 
     # -- the API's sandbox routes ------------------------------------------------------------
 
@@ -236,3 +255,27 @@ class DaytonaEmulation(LoopbackServer):
 
     def _delete(self, path: dict, query: dict, body: Any) -> Answer:
         return 200, self.state.dto(self.state.delete(path["ref"]))
+
+    # -- snapshots, forks and pauses (`sandboxes`, `snapshots`) ------------------------------
+
+    def _sandbox_snapshot(self, path: dict, query: dict, body: dict) -> Answer:
+        if body.get("includeMemory"):  # as Daytona: memory snapshots are for VM sandboxes
+            raise HttpError(400, "Container sandboxes do not support memory snapshots")
+        return 200, self.state.dto(self.state.snapshot(path["ref"], body.get("name") or ""))
+
+    def _fork(self, path: dict, query: dict, body: dict) -> Answer:
+        return 200, self.state.dto(self.state.fork(path["ref"], body.get("name")))
+
+    def _pause(self, path: dict, query: dict, body: Any) -> Answer:
+        return 200, self.state.dto(self.state.pause(path["ref"]))
+
+    def _start_sandbox(self, path: dict, query: dict, body: Any) -> Answer:
+        return 200, self.state.dto(self.state.start_sandbox(path["ref"]))
+
+    def _snapshot_get(self, path: dict, query: dict, body: Any) -> Answer:
+        return 200, self.state.store.dto(self.state.store.find(path["ref"]))
+
+    def _snapshot_delete(self, path: dict, query: dict, body: Any) -> Answer:
+        self.state.store.delete(path["ref"])
+        self.state.store.sweep(self.state.backing.api)  # its image, unless a sandbox uses it
+        return 200, None

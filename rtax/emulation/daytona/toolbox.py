@@ -98,6 +98,38 @@ class Toolbox:
             raise HttpError(400, str(exc)) from None
         return 200, {"exitCode": result.exit_code, "result": result.stdout + result.stderr}
 
+    def metrics(self, path: dict, query: dict, body: Any) -> Answer:
+        """``GET /system/metrics`` (the SDK's ``get_metrics_latest``): the container's memory
+        from the engine's one-shot stats (usage less the inactive page cache, as ``docker
+        stats`` shows it) and its limit, its CPUs. Not modelled: CPU utilisation (a one-shot
+        sample has no second reading to take a rate from) and the disk. A paused sandbox's
+        daemon is frozen with it: like every toolbox call, this one needs a started sandbox."""
+        from datetime import UTC, datetime
+
+        from rtax.substrates.docker import daemon
+        from rtax.substrates.docker.substrate import held_memory
+
+        sandbox = self.sandboxes.running(path["sid"])
+        assert sandbox.env is not None
+        try:
+            with daemon.call_timeout(60):
+                stats = self.sandboxes.backing.api.stats(
+                    sandbox.env.env_id, stream=False, one_shot=True
+                )
+        except Exception as exc:  # the engine's answer, as the daemon would fail
+            raise HttpError(500, f"metrics: {exc}") from None
+        memory = stats.get("memory_stats") or {}
+        cache = (memory.get("stats") or {}).get("inactive_file")
+        now = datetime.now(UTC)
+        return 200, {
+            "cpuCount": (stats.get("cpu_stats") or {}).get("online_cpus"),
+            "memTotal": memory.get("limit"),
+            "memUsed": held_memory(memory),
+            "memCache": cache if isinstance(cache, int) else None,
+            "timestamp": now.isoformat(),
+            "timestampUnix": int(now.timestamp()),
+        }
+
     def session_create(self, path: dict, query: dict, body: dict) -> Answer:
         from rtax.substrates.docker.session import ShellSession
 

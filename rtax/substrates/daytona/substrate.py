@@ -1,4 +1,6 @@
-"""The `DaytonaSubstrate` class: the protocol's eight methods on Daytona's API.
+"""The `DaytonaSubstrate` class: the protocol's eight methods on Daytona's API, and the launch
+paths' calls (`rtax.substrates.base.Snapshots`, `Pauses`, `Weighs`) on the SDK's own
+``create_snapshot``, ``pause``, ``start`` and ``get_metrics_latest``.
 
 Why it reaches past the SDK's front door: ``Daytona.create`` would also wait for the start and
 fold orchestration into create, so create is the generated client's ``create_sandbox`` and the
@@ -7,6 +9,12 @@ Those internals (``Daytona._sandbox_api`` and friends) are pinned by the SDK ver
 `describe` records. Everything not specific to Daytona (labels, leftovers, rate limits, polling,
 command timeouts) comes from `rtax.substrates.kit`; the reasons behind each phase and failure
 class are in docs/substrates/daytona.md.
+
+Why its snapshots keep no memory (``snapshot_keeps_memory = False``): Daytona's
+``create_snapshot`` captures the sandbox's file system (its API: "Container sandboxes do not
+support memory snapshots"), and a sandbox created from it starts its processes afresh. The
+restore path then checks the file half of its state alone, and says so in the provenance
+(docs/substrates/daytona.md#launch-paths).
 
 Why every message is scrubbed twice: the API key must not reach a run row even when the far
 side echoes it, so reasons are scrubbed as they are built and again, by `redacting`, where an
@@ -18,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rtax.core import redaction
@@ -114,7 +123,9 @@ class DaytonaSubstrate:
         self.emulation = EmulationWatch()
         self.api_url = api_url or os.environ.get("DAYTONA_API_URL") or DEFAULT_API_URL
         self.target = target or os.environ.get("DAYTONA_TARGET")
-        self.snapshot = None if image else snapshot  # an image replaces the snapshot
+        #: the snapshot cold sandboxes start from (an image replaces it); not ``snapshot``,
+        #: which is the restore path's call (`rtax.substrates.base.Snapshots.snapshot`)
+        self.base_snapshot = None if image else snapshot
         self.image = image
         self.cpu, self.memory_gib, self.disk_gib = cpu, memory_gib, disk_gib
         self.mode = mode
@@ -200,14 +211,21 @@ class DaytonaSubstrate:
 
     @redacting
     def create(self, run_id: str, *, lifetime_s: float | None = None) -> Environment:
+        return self._create(run_id, lifetime_s, snapshot=self.base_snapshot, image=self.image)
+
+    def _create(
+        self, run_id: str, lifetime_s: float | None, *, snapshot: str | None, image: str | None
+    ) -> Environment:
+        """``POST /sandbox`` from `snapshot` (the configured one, or one the restore path
+        made) or `image`, answered: the create phase."""
         client = self.client()
         name = f"rtax-{run_id}"
         body = create_request(
             name,
             kit.labels(run_id, self.name, lifetime_s),
             target=self.target,
-            snapshot=self.snapshot,
-            image=self.image,
+            snapshot=snapshot,
+            image=image,
             resources=(self.cpu, self.memory_gib, self.disk_gib),
             auto_stop_min=self.auto_stop_interval_min,
             auto_delete_min=self.auto_delete_interval_min,
@@ -362,9 +380,201 @@ class DaytonaSubstrate:
                 item.labels or {},
                 created_at=item.created_at,
                 detail=f"{self.name}, {state(item)}",
+                frozen=state(item) == "paused",  # a resume pool's: the API deletes it as is
             )
             for item in labelled(api, kit.selector(self.name), self._call, self.api_timeout_s)
         ]
+
+    # -- snapshots, pauses, memory (rtax.substrates.base.Snapshots, Pauses, Weighs) ---------
+
+    #: Daytona's snapshots are of the file system (see the module's doc): the restore path's
+    #: state check asks for the file half alone (`rtax.substrates.base.snapshot_keeps_memory`)
+    snapshot_keeps_memory = False
+
+    def snapshot_support(self, tier_has_setup: bool) -> str | None:
+        """None: every tier can be snapshotted (a sandbox's files, its set-up's clone with
+        them; the API refuses what the organisation can't, and the snapshot says why)."""
+        return None
+
+    @redacting
+    def snapshot_source(self, run_id: str, *, token: str, lifetime_s: float) -> Environment:
+        """A cold sandbox from the configured snapshot, started. `token` is not held: PID 1
+        is the sandbox's own, and a filesystem snapshot would not keep it anyway."""
+        env = self._create(run_id, lifetime_s, snapshot=self.base_snapshot, image=self.image)
+        return self._started_or_gone(env)
+
+    @redacting
+    def snapshot(self, env: Environment, into: str) -> dict[str, Any]:
+        """The SDK's ``create_snapshot`` of `env`, named after the folder `into` (unique per
+        snapshot), which returns once the sandbox leaves ``snapshotting``; then the snapshot
+        itself, polled until ``active`` (a failed one is ``error``, with its reason). The
+        sandbox runs on; the caller destroys it."""
+        from daytona._utils.timeout import _TimeoutMarker
+        from daytona.common.errors import DaytonaTimeoutError
+
+        sandbox = env.handle["sandbox"]
+        name = f"rtax-{Path(into).name}"
+        try:
+            self._call(
+                "create snapshot",
+                lambda: sandbox.create_snapshot(name, timeout=self.create_timeout_s),
+                within_s=self.create_timeout_s,
+                waits=env.rate_limit_waits,
+            )
+            made = self._active_snapshot(name)
+        except BaseException as exc:
+            # A snapshot the API may have made (a lost answer, one that failed or never got
+            # active) is deleted by name, so nothing outlives the failure; a 4xx refused it
+            # (a 409 names someone else's): nothing to delete.
+            if not 400 <= (status(exc) or 500) < 500:
+                with contextlib.suppress(Exception):
+                    self.forget({"snapshot": name})
+            if isinstance(exc, SubstrateError) or not isinstance(exc, Exception | _TimeoutMarker):
+                raise
+            if isinstance(exc, DaytonaTimeoutError | _TimeoutMarker):
+                raise CreateTimeout(
+                    f"snapshot {name} not taken in {self.create_timeout_s:g} s"
+                ) from exc
+            raise self._error(CreateFailed, f"snapshot of {env.env_id}", exc) from exc
+        size = made.size  # GiB, as Daytona's runners report it
+        return {
+            "snapshot": name,
+            "snapshot_ref": made.id,
+            "image": made.image_name or name,
+            "size_bytes": None if size is None else round(size * 1024**3),
+        }
+
+    def _active_snapshot(self, name: str) -> Any:
+        """The snapshot `name` once ``active`` (polled every `POLL_INTERVAL_S`); CreateFailed
+        when it ends in an error state or isn't active within `create_timeout_s`."""
+        service = self.client().snapshot
+
+        def active() -> Any:
+            try:
+                made = self._call("get snapshot", lambda: service.get(name))
+            except Exception as exc:
+                raise self._error(CreateFailed, f"snapshot {name}", exc) from exc
+            now = state(made)
+            if now in ("error", "build_failed"):
+                reason = made.error_reason or "no reason given"
+                raise CreateFailed(self._scrub(f"snapshot {name} is {now}: {reason}"))
+            return made if now == "active" else None
+
+        return kit.poll(
+            active,
+            interval_s=POLL_INTERVAL_S,
+            deadline=clock() + self.create_timeout_s,
+            timeout=lambda: CreateFailed(
+                f"snapshot {name} not active {self.create_timeout_s:g} s after it was taken"
+            ),
+        ).value
+
+    @redacting
+    def restore(self, snap: dict[str, Any], run_id: str, *, lifetime_s: float) -> Environment:
+        """A new sandbox from the snapshot, until it reports ``started``: the create and the
+        start wait of a cold one, from the snapshot of the tier instead of the configured one."""
+        env = self._create(run_id, lifetime_s, snapshot=str(snap["snapshot"]), image=None)
+        return self._started_or_gone(env)
+
+    def _started_or_gone(self, env: Environment) -> Environment:
+        """`env` once it reports ``started``; deleted if it never does (or Ctrl-C), so a
+        sandbox made outside a rollout's clean-up never outlives the call."""
+        try:
+            self.wait_running(env, self.create_timeout_s)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.destroy(env, min(self.api_timeout_s, 60))
+            raise
+        return env
+
+    @redacting
+    def forget(self, snap: dict[str, Any]) -> None:
+        """Delete the snapshot (the SDK's ``snapshot.delete``), then confirm the API no longer
+        has it (404, polled); one already gone is fine."""
+        service = self.client().snapshot
+        name = str(snap["snapshot"])
+        try:
+            self._call("delete snapshot", lambda: service.delete(name))
+        except Exception as exc:
+            if status(exc) == 404:
+                return
+            raise self._error(SubstrateError, f"delete snapshot {name}", exc) from exc
+
+        def gone() -> bool | None:
+            try:
+                self._call("get snapshot", lambda: service.get(name))
+            except Exception as exc:
+                if status(exc) == 404:
+                    return True
+                raise self._error(SubstrateError, f"verify deletion of {name}", exc) from exc
+            return None
+
+        kit.poll(
+            gone,
+            interval_s=POLL_INTERVAL_S,
+            deadline=clock() + self.api_timeout_s,
+            timeout=lambda: SubstrateError(
+                f"snapshot {name} still there {self.api_timeout_s:g} s after delete"
+            ),
+        )
+
+    @redacting
+    def pause(self, env: Environment) -> None:
+        """The SDK's ``pause``: it returns once the sandbox left ``pausing``; anything but
+        ``paused`` then is a failure (the service freezes the sandbox's processes, its memory
+        stays)."""
+        sandbox = env.handle["sandbox"]
+        self._freezer(env, "pause", lambda: sandbox.pause(timeout=self.create_timeout_s))
+        if state(sandbox) != "paused":
+            # the SDK's cached state follows events, which may arrive out of order (an older
+            # `pausing` after `paused`): the API's own answer decides
+            self._freezer(env, "pause", lambda: sandbox.refresh_data(self.api_timeout_s))
+        if state(sandbox) != "paused":
+            raise CreateFailed(f"sandbox {env.env_id} is {state(sandbox)} after pause")
+
+    @redacting
+    def unpause(self, env: Environment) -> None:
+        """The SDK's ``start`` of the paused sandbox, until it reports ``started`` (its
+        socket.io event): the resume phase."""
+        sandbox = env.handle["sandbox"]
+        self._freezer(env, "start", lambda: sandbox.start(timeout=self.create_timeout_s))
+
+    def _freezer(self, env: Environment, what: str, call: Callable[[], Any]) -> None:
+        from daytona._utils.timeout import _TimeoutMarker
+        from daytona.common.errors import DaytonaTimeoutError
+
+        sandbox = env.handle["sandbox"]
+        try:
+            self._call(what, call, within_s=self.create_timeout_s, waits=env.rate_limit_waits)
+        except SubstrateError:
+            raise
+        except (DaytonaTimeoutError, _TimeoutMarker) as exc:
+            raise CreateTimeout(f"{what}: not done in {self.create_timeout_s:g} s") from exc
+        except Exception as exc:
+            if status(exc) == 404:
+                raise EnvironmentLost(f"sandbox {env.env_id} is gone") from exc
+            if state(sandbox) in DEAD_STATES:
+                reason = sandbox.error_reason or "no reason given"
+                raise EnvironmentLost(
+                    self._scrub(f"sandbox entered state {state(sandbox)} at {what}: {reason}")
+                ) from exc
+            raise self._error(CreateFailed, what, exc) from exc
+
+    @redacting
+    def memory_bytes(self, env: Environment) -> int | None:
+        """`Weighs.memory_bytes`: the sandbox daemon's latest sample (``get_metrics_latest``,
+        its memory in use). None for a paused sandbox, whose daemon is frozen with it and can't
+        answer (so a resume pool's environments have no weight here), and when it says 0."""
+        sandbox = env.handle["sandbox"]
+        if state(sandbox) == "paused":
+            return None
+        try:
+            sample = self._call("metrics", sandbox.get_metrics_latest, within_s=self.api_timeout_s)
+        except SubstrateError:
+            raise
+        except Exception as exc:
+            raise self._error(SubstrateError, f"metrics of {env.env_id}", exc) from exc
+        return int(sample.mem_used) or None
 
     @redacting
     def prepare(self, log: Callable[[str], None]) -> None:
@@ -389,7 +599,7 @@ class DaytonaSubstrate:
             "kind": self.kind,
             "endpoint": self.api_url,
             "target": self.target,
-            "snapshot": self.snapshot,
+            "snapshot": self.base_snapshot,
             "image": self.image,
             "cpu": self.cpu,
             "memory_gib": self.memory_gib,

@@ -33,6 +33,7 @@ from rtax.core.failures import (
     ExecError,
     RateLimited,
     ReadyTimeout,
+    SubstrateError,
 )
 from rtax.substrates import kit, state
 from rtax.substrates.base import CommandResult, Environment, Leftover, clock
@@ -240,6 +241,9 @@ class DockerSubstrate:
             session.close()
         try:
             with self._call_timeout(timeout_s):
+                if isinstance(env, Leftover) and env.frozen:
+                    with contextlib.suppress(errors.APIError):  # thawed already: removed below
+                        self.api.unpause(env.env_id)
                 try:
                     self.api.remove_container(env.env_id, force=True)
                 except errors.APIError as exc:
@@ -323,7 +327,11 @@ class DockerSubstrate:
                 image = (
                     self.image
                     if gvisor
-                    else self.api.commit(env.env_id, repository=SNAPSHOT_REPOSITORY)["Id"]
+                    # tagged with the snapshot's own name: under one shared tag, another
+                    # restore path's commit would leave this one's image untagged
+                    else self.api.commit(
+                        env.env_id, repository=SNAPSHOT_REPOSITORY, tag=folder.name
+                    )["Id"]
                 )
                 snapshot.checkpoint(self.api, env.env_id, folder)
         except errors.APIError as exc:
@@ -371,6 +379,21 @@ class DockerSubstrate:
         """Thaw `env`: its processes run again where they stopped."""
         self._freezer(env, self.api.unpause, "unpause")
 
+    def memory_bytes(self, env: Environment) -> int | None:
+        """`Weighs.memory_bytes`: the engine's one-shot stats (no second sample for a CPU
+        rate), usage less the inactive page cache, as ``docker stats`` computes it: a file
+        read once stays cached, and the kernel drops it before it would fail an allocation.
+        None when the engine reports no usage (a runtime without cgroup statistics)."""
+        errors = _docker().errors
+        try:
+            with self._call_timeout(self.create_timeout_s):
+                stats = self.api.stats(env.env_id, stream=False, one_shot=True)
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
+        except (errors.APIError, *_transport_errors()) as exc:
+            raise SubstrateError(f"stats of {env.env_id[:12]}: {exc}") from exc
+        return held_memory(stats.get("memory_stats") or {})
+
     def _freezer(self, env: Environment, call: Callable[[str], None], what: str) -> None:
         errors = _docker().errors
         try:
@@ -411,6 +434,7 @@ class DockerSubstrate:
                 c.get("Labels") or {},
                 created_at=c.get("Created"),
                 detail=f"{self.name}, {c.get('State')}",
+                frozen=c.get("State") == "paused",
             )
             for c in self.api.containers(all=True, filters={"label": wanted})
         ]
@@ -496,6 +520,18 @@ class DockerSubstrate:
             except _docker().errors.ImageNotFound:
                 return None
         return daemon.image_toolchain(self.api, image_id)
+
+
+def held_memory(memory_stats: dict[str, Any]) -> int | None:
+    """Bytes held, from an engine's ``memory_stats``: usage less the inactive page cache
+    (cgroup v2 ``inactive_file``, v1 ``total_inactive_file``), the figure ``docker stats``
+    shows; None without a usage (a runtime that keeps no cgroup statistics)."""
+    usage = memory_stats.get("usage")
+    if not isinstance(usage, int) or isinstance(usage, bool):
+        return None
+    detail = memory_stats.get("stats") or {}
+    cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
+    return max(usage - (cache if isinstance(cache, int) and cache < usage else 0), 0)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
