@@ -55,11 +55,14 @@ prometheus:
 # background, and the dashboard on http://127.0.0.1:8501 in the foreground (this machine only:
 # `rtax dashboard` listens where rtax.toml's [dashboard] says, docs/dashboard.md#serving);
 # stopping the dashboard (Ctrl-C) stops the scheduler too.
+# `make run CONFIG=examples/paths.toml` runs another shipped plan the same way (both read it).
+CONFIG ?=
+WITH_CONFIG = $(if $(CONFIG),--config $(CONFIG))
 run: fixtures docker
 	@set -e; \
-	$(PY) -m rtax schedule & sched=$$!; \
+	$(PY) -m rtax schedule $(WITH_CONFIG) & sched=$$!; \
 	trap 'kill $$sched 2>/dev/null; wait $$sched 2>/dev/null' EXIT INT TERM; \
-	$(PY) -m rtax dashboard
+	$(PY) -m rtax dashboard $(WITH_CONFIG)
 
 # The opt-in demo: the cloud substrates against their local emulations (labelled emulated).
 demo: fixtures docker

@@ -13,9 +13,12 @@ st.caption(
     "restore (a fresh environment from a snapshot taken after set-up) and resume (thawed from a "
     "pool of paused ones). Time to first command (T0) ends at the first command that ran on "
     "every path; the T2 episode runs from the launch request to the last action. Successful "
-    "runs only, p50 and p95 with n."
+    "runs only, p50 and p95 with n. Held while idle: the memory a pooled environment held "
+    "as it waited (warm: running; resume: frozen), measured once per environment after it was "
+    "made; the restore path's ready snapshots on disk."
 )
-table = summarized.paths(rows)
+snapshots = data.snapshots(db)
+table = summarized.paths(rows, data.idle_memory(db, chosen.key), snapshots)
 if table.empty:
     st.info(tables.EMPTY_HINT)
 else:
@@ -23,10 +26,8 @@ else:
 st.subheader("Snapshots")
 st.caption(
     "What the restore path holds while idle: one snapshot per substrate and tier on disk "
-    "(its size), and how long making it took (set-up, warm-up, the checkpoint). Warm and "
-    "paused pools hold their environments' memory; rtax does not measure that yet."
+    "(its size), and how long making it took (set-up, warm-up, the checkpoint)."
 )
-snapshots = data.snapshots(db)
 if snapshots.empty:
     st.info('No snapshot made yet: a substrate with launch = "restore" makes one per tier.')
 else:

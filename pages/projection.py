@@ -25,6 +25,17 @@ st.title("Projection")
 chosen = filters.current()
 rows = data.summary(data.database(), chosen.key, ("episode_s",))
 rows = filters.for_comparison(rows, chosen)
+path = st.segmented_control(
+    "Launch path",
+    [fleet.EVERY_PATH, *summarized.PATH_ORDER],
+    default=fleet.EVERY_PATH,
+    required=True,
+    help="How each environment gets ready: cold (made), warm (claimed from a pool), restore "
+    "(from a snapshot), resume (thawed from a paused pool). The projection, step time and "
+    "costs use that path's measured samples (the Paths page compares them).",
+    **urlstate.bound("proj_path"),
+)
+rows = fleet.on_path(rows, path)
 
 st.caption(
     "Only series that ran the local floor's workload toolchain are projected (series marked "
@@ -89,6 +100,7 @@ setting = {
     "actions": str(int(steps)),
     "workers": format.short(workers),
     "seconds per trajectory": which,
+    "launch path": path,
 }
 if found:
     with st.expander("Price per worker-hour (optional)"):
@@ -155,8 +167,11 @@ if found:
         style.table(table, snapshot=f"projection-{fidelity}")
 else:
     st.info(
-        "No substrate has trajectory data for a projection yet: run "
-        "`rtax probe --tier T2 --steps 10`, `--steps 50` and `--steps 150`."
+        "No substrate has trajectory data for a projection yet"
+        + ("" if path == fleet.EVERY_PATH else f" on the {path} path")
+        + ": run `rtax probe --tier T2 --steps 10`, `--steps 50` and `--steps 150`"
+        + ("" if path == fleet.EVERY_PATH else " there (docs/configuration.md#launch-paths)")
+        + "."
     )
 if lacking:
     st.warning("Lacking data: " + "; ".join(f"**{k}**: {v}" for k, v in lacking.items()))
@@ -171,7 +186,8 @@ st.caption(
 
 # -- Fleet planning: warm pools, tail-aware step time, limits and prices ---------------------
 # Raw samples (the newest runs of the window) feed the two models that resample them.
-sample = filters.for_comparison(data.newest_runs(data.database(), chosen.key), chosen)
+runs = filters.for_comparison(data.newest_runs(data.database(), chosen.key), chosen)
+sample = fleet.on_path(runs, path)
 st.header("Fleet planning")
 st.caption(
     f"The models resample the raw samples of the newest {data.DISTRIBUTION_ROWS:,} runs of the "
@@ -180,7 +196,8 @@ st.caption(
 )
 
 st.subheader("Size a warm pool")
-cold = fleet.samples(sample, "time_to_first_command_s")
+# A pool is refilled by cold starts whatever path its claims take: the cold path's samples.
+cold = fleet.samples(fleet.on_path(runs, "cold"), "time_to_first_command_s")
 if not cold:
     st.info("No cold starts measured yet: run `rtax probe --tier T0` on a substrate.")
 else:
@@ -247,7 +264,8 @@ else:
         f"Predicted from n={cold[pool_series].size} measured cold starts (time to first "
         f"command) of {pool_series}, cold p50 "
         f"{format.duration(stats.percentile(cold[pool_series], 50))}; "
-        f"{pool.n:,} simulated claims (200 seeded repeats). A claim that finds the pool empty "
+        f"{pool.n:,} simulated claims (200 seeded repeats). A pool refills with cold starts "
+        "whichever launch path is chosen above. A claim that finds the pool empty "
         "waits, first come first served, for the next environment to become ready."
     )
 
@@ -310,7 +328,10 @@ if not fleet.configured(substrates):
     )
 else:
     plan = fleet.plan_costs(
-        filters.for_comparison(data.summary(data.database(), chosen.key, PLAN_METRICS), chosen),
+        fleet.on_path(
+            filters.for_comparison(data.summary(data.database(), chosen.key, PLAN_METRICS), chosen),
+            path,
+        ),
         substrates,
         trajectories=int(trajectories),
         steps=int(steps),

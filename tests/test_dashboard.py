@@ -5,6 +5,7 @@ compute."""
 from __future__ import annotations
 
 import io
+import json
 import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from factories import make_record
 from polling import DEADLINE_S
 from rtax.analysis import stats
-from rtax.dashboard import data, format, tables
+from rtax.dashboard import data, fleet, format, tables
 from rtax.planning import projection, published
 from rtax.store.database import Store
 
@@ -35,6 +36,7 @@ PAGES = {
     "pages/data.py": "Data",
 }
 NOW = datetime.now(UTC)
+MIB = 1024 * 1024
 
 
 def _record(i: int, substrate: str, tier: str, steps: int, episode: float, **kw):
@@ -157,13 +159,17 @@ def test_the_paths_table_puts_each_launch_type_of_a_substrate_side_by_side(
     tmp_path: Path, monkeypatch
 ) -> None:
     """docs/measurement.md#launch-paths: one row per substrate and path, cold first, each
-    figure the raw samples' percentile with its n; a path with no T2 shows none."""
+    figure the raw samples' percentile with its n; a path with no T2 shows none. What a path
+    holds idle: the warm environments held 30 and 50 MiB as they waited (p50 40 MiB, n 2); the
+    restore path's two ready snapshots 5 and 7 MiB on disk (12 MiB), a replaced one not."""
     path = tmp_path / "paths.db"
     samples = {"cold": (0.30, 0.32, 0.35), "warm": (0.08, 0.09), "restore": (0.55, 0.60, 0.62)}
+    held = iter((30 * MIB, 50 * MIB))
     i = 0
     with Store(path) as store:
         for launch, values in samples.items():
             for v in values:
+                pool = {"pool": {"memory_bytes": next(held)}} if launch == "warm" else {}
                 store.save_rollout(
                     _record(
                         i := i + 1,
@@ -173,10 +179,25 @@ def test_the_paths_table_puts_each_launch_type_of_a_substrate_side_by_side(
                         v + 0.1,
                         time_to_first_command_s=v,
                         launch_type=launch,
+                        provenance=json.dumps({"host": "test-host", **pool}),
                     )
                 )
         for v in (4.0, 4.5):
             store.save_rollout(_record(i := i + 1, "docker", "T2", 0, v, launch_type="cold"))
+        for n, (tier, size, state) in enumerate(
+            (("T0", 9, "replaced"), ("T0", 5, "ready"), ("T2", 7, "ready"))
+        ):
+            store.snapshots.add(
+                {
+                    "snapshot_id": f"s{n}",
+                    "substrate": "docker",
+                    "fidelity": "real",
+                    "tier": tier,
+                    "made_at": NOW.isoformat(),
+                    "size_bytes": size * MIB,
+                    "state": state,
+                }
+            )
     at = _app(path, monkeypatch, "pages/paths.py")
     _ok(at, "Paths")
     shown = at.dataframe[0].value
@@ -184,9 +205,14 @@ def test_the_paths_table_puts_each_launch_type_of_a_substrate_side_by_side(
     shown = shown.set_index("launch_type")
     for launch, values in samples.items():
         assert shown.loc[launch, "ttfc_n"] == len(values)
-        assert float(shown.loc[launch, "ttfc_p50"]) == pytest.approx(stats.percentile(values, 50))
-    assert float(shown.loc["cold", "episode_p50"]) == pytest.approx(4.25)
-    assert str(shown.loc["warm", "episode_n"]) in ("", "nan", "None")  # no T2 on that path
+        assert float(shown.loc[launch, "ttfc_p50_s"]) == pytest.approx(stats.percentile(values, 50))
+    # (a column with a blank holds its display strings: docs/dashboard.md#formatting)
+    assert shown.loc["cold", "episode_p50_s"] == "4.25 s"
+    assert shown.loc["warm", "episode_n"] == ""  # no T2 on that path
+    assert shown.loc["warm", "idle_memory_n"] == "2"
+    assert shown.loc["warm", "idle_memory_p50_bytes"] == "40.0 MiB"
+    assert shown.loc["restore", "snapshot_bytes"] == "12.0 MiB"
+    assert shown.loc["cold", "snapshot_bytes"] == ""
 
 
 def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
@@ -210,6 +236,35 @@ def test_projection_numbers_equal_the_model(seeded: Path, monkeypatch) -> None:
     at.number_input(key="proj_trajectories").set_value(2_000_000).run()
     doubled = at.dataframe[0].value
     assert doubled["worker_hours"].tolist() == pytest.approx([2 * h for h in table["worker_hours"]])
+
+
+def test_the_projection_takes_the_launch_path_and_uses_its_samples(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """docker's 10-action trajectories: cold 8 and 10 s (mean 9), restore 5 and 7 s (mean 6).
+    Every path: both series, restore the faster; on the restore path only its series: 1,000
+    trajectories on 10 workers are 1,000 x 6 s = 1.667 worker-hours; on the resume path none
+    is measured, and the page says so for that path."""
+    db = tmp_path / "paths.db"
+    with Store(db) as store:
+        for i, (launch, episode) in enumerate(
+            (("cold", 8.0), ("cold", 10.0), ("restore", 5.0), ("restore", 7.0))
+        ):
+            store.save_rollout(_record(i, "docker", "T2", 10, episode, launch_type=launch))
+    at = _app(db, monkeypatch, "pages/projection.py")
+    _ok(at, "Projection")
+    assert at.segmented_control(key="proj_path").value == fleet.EVERY_PATH
+    at.number_input(key="proj_trajectories").set_value(1_000)
+    at.number_input(key="proj_steps").set_value(10)
+    at.number_input(key="proj_workers").set_value(10).run()
+    shown = at.dataframe[0].value
+    assert shown["substrate"].tolist() == ["docker · restore", "docker"]
+    at.segmented_control(key="proj_path").set_value("restore").run()
+    shown = at.dataframe[0].value
+    assert shown["substrate"].tolist() == ["docker · restore"]
+    assert shown["worker_hours"].iloc[0] == pytest.approx(1_000 * 6.0 / 3600)
+    at.segmented_control(key="proj_path").set_value("resume").run()
+    assert any("on the resume path" in i.value for i in at.info)
 
 
 def test_the_projection_says_what_changed_since_the_previous_setting(

@@ -13,6 +13,7 @@ import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from rtax.substrates import kit
 from rtax.substrates.docker.substrate import SNAPSHOT_REPOSITORY, DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
 from rtax.substrates.pool import WarmPool
+from rtax.substrates.reaper import reap
 from rtax.substrates.restore import Restorer
 
 pytestmark = pytest.mark.usefixtures("runner_image")
@@ -47,7 +49,9 @@ def _docker(gvisor: bool, mode: str = "exec") -> DockerSubstrate:
 
 
 def _left() -> str:
-    """This test's containers and committed snapshot images still on the engine."""
+    """This test's containers and committed snapshot images still on the engine (a committed
+    image keeps its container's labels: only this test's are counted, so a scheduler
+    restoring on the same engine meanwhile is not a leak of this test's)."""
     containers = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label={kit.SUBSTRATE}={NAME}"],
         capture_output=True,
@@ -55,7 +59,17 @@ def _left() -> str:
         check=True,
     ).stdout
     images = subprocess.run(
-        ["docker", "images", "-q", SNAPSHOT_REPOSITORY], capture_output=True, text=True, check=True
+        [
+            "docker",
+            "images",
+            "-q",
+            "--filter",
+            f"label={kit.SUBSTRATE}={NAME}",
+            SNAPSHOT_REPOSITORY,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return containers + images
 
@@ -168,6 +182,37 @@ def test_a_stale_snapshot_fails_its_state_check_as_restore_corrupt(
         assert stale.run["cleanup_ok"] == 1
 
 
+@pytest.mark.parametrize("gvisor", [False, True], ids=["runc", "gvisor"])
+def test_the_reaper_thaws_a_frozen_leftover_whose_pool_is_gone(
+    gvisor: bool, request: pytest.FixtureRequest
+) -> None:
+    """A resume pool's paused environment whose pool died without closing: a reaper with a
+    substrate of its own (nothing of the pool's memory of what it froze) finds it listed
+    paused, thaws it and removes it, with no error, once its expiry has passed. A frozen
+    gVisor sandbox can't be killed, and a forced removal tried first leaves a zombie."""
+    if gvisor:
+        request.getfixturevalue("gvisor")
+    pool = _docker(gvisor)
+    env = pool.create("pool-crashed", lifetime_s=60)
+    pool.wait_running(env, 60)
+    pool.pause(env)  # what a resume pool leaves when its process dies
+    reaper = _docker(gvisor)
+    later = datetime.now(UTC) + timedelta(hours=2)  # past its expiry: an orphan
+    try:
+        (found,) = reap([reaper], dry_run=True, now=later)
+        assert found.leftover.env_id == env.env_id and found.leftover.frozen
+        done = reap([reaper], now=later)
+        assert [o.error for o in done] == [None]
+    finally:
+        with contextlib.suppress(Exception):
+            pool.unpause(env)
+        with contextlib.suppress(Exception):
+            pool.destroy(env, 60)
+        pool.close()
+        reaper.close()
+    assert _left() == ""
+
+
 def test_a_kind_that_cannot_snapshot_is_refused_up_front() -> None:
     """`local` has no snapshots: the restore path says so when it is built, not as a slow
     failure later."""
@@ -208,3 +253,25 @@ def test_rtax_fork_compares_a_group_restored_from_one_snapshot_with_cold_and_war
         check=True,
     ).stdout
     assert left == ""
+
+
+def test_the_docs_table_of_kinds_and_paths_is_what_each_kind_implements() -> None:
+    """docs/measurement.md#launch-paths says which kind has restore (`Snapshots`), resume
+    (`Pauses`) and idle memory (`Weighs`); each row is what the kind's class implements."""
+    from rtax.core.kinds import SUBSTRATES
+    from rtax.substrates import substrate_class
+    from rtax.substrates.base import Pauses, Snapshots, Weighs
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "measurement.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`") and cells[0].strip("`") in SUBSTRATES:
+            rows[cells[0].strip("`")] = [c.startswith("yes") for c in cells[1:]]
+    assert sorted(rows) == sorted(SUBSTRATES)
+    for kind, (warm, restore, resume, memory) in rows.items():
+        cls = substrate_class(kind)
+        assert warm, kind  # the pool is written against the protocol
+        assert restore == issubclass(cls, Snapshots), kind
+        assert resume == issubclass(cls, Pauses), kind
+        assert memory == issubclass(cls, Weighs), kind

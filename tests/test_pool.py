@@ -215,6 +215,39 @@ def test_what_the_pool_made_is_a_cold_start_kept_with_the_claim(closing) -> None
     assert [m["name"] for m in made["milestones"]] == ["created", "running"]
     assert env.milestones == [] and env.resolution == {}  # the rollout's own timeline is empty
     assert pool.made[0]["env_id"] == "env-1"
+    assert made["memory_bytes"] is None  # a kind that can't say what an environment holds
+
+
+class Weighed(Gated):
+    """A gated substrate that says what each environment holds (`Weighs`): 1 MiB per
+    environment made so far, the second weighing refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weighed: list[str] = []
+
+    def memory_bytes(self, env: Environment) -> int | None:
+        self.weighed.append(env.env_id)
+        if len(self.weighed) == 2:
+            raise SubstrateError("stats refused")
+        return len(self.weighed) * 2**20
+
+
+def test_the_pool_weighs_each_environment_once_as_it_is_made(closing, caplog) -> None:
+    """What a pooled environment holds is asked once, by the worker that made it, before any
+    claim (the claim makes no call for it), and kept with what the pool made; a refused
+    weighing leaves it unknown and the environment still served."""
+    inner = Weighed()
+    pool = _pool(inner, 2, 1)
+    closing(pool)
+    inner.release(2)
+    pool.fill()
+    assert inner.weighed == ["env-1", "env-2"]  # both weighed before the first claim
+    first, second = _claim(pool, "r1"), _claim(pool, "r2")
+    assert first.pool["memory_bytes"] == 2**20
+    assert second.pool["memory_bytes"] is None
+    assert "stats refused" in caplog.text
+    assert inner.weighed == ["env-1", "env-2"]  # the claims asked nothing
 
 
 def test_a_claim_that_finds_nothing_times_out_naming_the_refills_failure(closing) -> None:
@@ -378,6 +411,7 @@ def test_docker_claims_beat_cold_starts_and_the_pool_leaves_nothing(runner_image
         for record in warm:
             made = json.loads(record.run["provenance"])["pool"]
             assert made["create_s"] > 0 and made["orchestration_s"] > 0 and made["ready_s"] > 0
+            assert made["memory_bytes"] > 0  # what it held while it waited
             assert record.run["cleanup_ok"] == 1  # destroyed by its rollout
         wait_for(lambda: pool.counts()["ready"] == 2, "the pool full again")
         assert len(pool.made) == 2 + 3  # filled, then one refill per claim: no more

@@ -497,13 +497,17 @@ def test_cli_probe_docker_then_nothing_left(runner_image: str, tmp_path: Path) -
         .all()
         .all()
     )
-    left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert left == ""
+    # this probe's containers, by their run ids (another rtax on the engine is not this one's)
+    left = [
+        subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label={kit.RUN_ID}={run_id}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for run_id in runs["run_id"]
+    ]
+    assert left == ["", ""]
 
 
 def test_hang_in_workload_is_classified(docker_exec: DockerSubstrate) -> None:
@@ -512,3 +516,16 @@ def test_hang_in_workload_is_classified(docker_exec: DockerSubstrate) -> None:
     assert record.run["error_class"] == "action_timeout"
     assert 1.0 <= record.actions[-1]["latency_s"] < 10
     assert_clean(docker_exec, record)
+
+
+def test_held_memory_is_usage_less_the_inactive_page_cache() -> None:
+    """As ``docker stats`` shows it: cgroup v2 ``inactive_file``, v1 ``total_inactive_file``;
+    no usage (a runtime without cgroup statistics): unknown, never 0."""
+    from rtax.substrates.docker.substrate import held_memory
+
+    assert held_memory({"usage": 10_000, "stats": {"inactive_file": 4_000}}) == 6_000
+    assert held_memory({"usage": 10_000, "stats": {"total_inactive_file": 1_000}}) == 9_000
+    assert held_memory({"usage": 10_000}) == 10_000
+    assert held_memory({"usage": 10_000, "stats": {"inactive_file": 20_000}}) == 10_000
+    assert held_memory({}) is None
+    assert held_memory({"usage": None}) is None

@@ -4,6 +4,7 @@ from Docker, leftovers of another name)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,11 +15,16 @@ import pytest
 from contract import SubstrateContract
 from polling import DEADLINE_S, deadline_s
 from rtax.assets.attrs import Fixture, GitServer
-from rtax.core.failures import EnvironmentLost
+from rtax.core import workloads
+from rtax.core.failures import EnvironmentLost, NotSupported
 from rtax.core.workloads import RepoSource
+from rtax.rollouts.rollout import run_rollout
+from rtax.settings.pool import PoolSettings
 from rtax.substrates import get_substrate
 from rtax.substrates.base import LABEL
 from rtax.substrates.podman import PodmanSubstrate
+from rtax.substrates.pool import WarmPool
+from rtax.substrates.restore import Restorer
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +79,51 @@ class TestPodmanContract(SubstrateContract):
     @pytest.fixture
     def repo_source(self, podman_repo_source: RepoSource) -> RepoSource:
         return podman_repo_source
+
+
+class TestPodmanResumeContract(SubstrateContract):
+    """The resume path on podman: a pool of containers frozen with ``podman pause``, each
+    rollout thawing one (docs/measurement.md#launch-paths)."""
+
+    kind, substrate_name = "podman", "podman"
+
+    @pytest.fixture
+    def substrate(self, podman: PodmanSubstrate) -> Iterator[WarmPool]:
+        pool = WarmPool(
+            PodmanSubstrate(), PoolSettings(2, 1), rollout_lifetime_s=3600 + 120, paused=True
+        )
+        try:
+            pool.prepare(lambda _: None)
+            yield pool
+        finally:
+            pool.close()
+
+    @pytest.fixture
+    def repo_source(self, podman_repo_source: RepoSource) -> RepoSource:
+        return podman_repo_source
+
+
+def test_a_resumed_podman_container_was_frozen_and_weighed(podman: PodmanSubstrate) -> None:
+    """Every container a resume pool holds is paused (podman says so) and was weighed as it
+    waited; the claimed one runs again, and its rollout says what it held."""
+    pool = WarmPool(PodmanSubstrate(), PoolSettings(1), rollout_lifetime_s=3720, paused=True)
+    try:
+        pool.prepare(lambda _: None)
+        (held,) = [lo for lo in podman.leftovers() if lo.run_id.startswith("pool-")]
+        assert held.frozen
+        record = run_rollout(pool, workloads.build("T0"))
+        assert record.ok and record.run["launch_type"] == "resume", record.run
+        assert json.loads(record.run["provenance"])["pool"]["memory_bytes"] > 0
+    finally:
+        pool.close()
+
+
+def test_podman_restore_is_refused_with_the_reason(podman: PodmanSubstrate) -> None:
+    """rtax does not snapshot podman containers: the restore path says so when it is built,
+    as ``not_supported`` (docs/substrates/podman.md#launch-paths says why)."""
+    with pytest.raises(NotSupported, match="can't snapshot") as caught:
+        Restorer(PodmanSubstrate())
+    assert caught.value.error_class == "not_supported"
 
 
 def test_registry_and_builtin_name_build_podman(podman: PodmanSubstrate) -> None:

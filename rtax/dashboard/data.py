@@ -183,6 +183,16 @@ def snapshots(db: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def idle_memory(db: str, key: FilterKey) -> pd.DataFrame:
+    """What each pooled environment of the window held while it waited (`Runs.idle_memory`)."""
+    store = _open(db)
+    if store is None:
+        return pd.DataFrame(columns=["substrate", "launch_type", "memory_bytes"])
+    with store:
+        return store.runs.idle_memory(**_query(key))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def has_rollups(db: str, key: FilterKey) -> bool:
     """Whether retention has folded any history inside the window."""
     store = _open(db)

@@ -36,6 +36,22 @@ PLAN_COLUMNS = (
 )
 
 
+#: The Projection's launch-path choice that keeps every path (each still its own series).
+EVERY_PATH = "every path"
+
+
+def on_path(frame: pd.DataFrame, path: str) -> pd.DataFrame:
+    """The rows of `frame` (runs or summary rows) launched by `path` (`EVERY_PATH`: all).
+
+    Why the Projection takes a path (docs/measurement.md#launch-paths): a fleet launched from
+    snapshots pays the restore path's time to first command, not the cold one, so its
+    worker-hours, step time and costs come from that path's samples; each launch type is a
+    series of its own, so this only chooses which series feed the models."""
+    if path == EVERY_PATH or frame.empty:
+        return frame
+    return frame[frame["launch_type"] == path]
+
+
 def samples(runs: pd.DataFrame, metric: str, **where: Any) -> dict[str, np.ndarray]:
     """Per series, the finite `metric` of its successful runs (matching `where`, e.g. a tier
     and steps), largest n first: the raw samples a model resamples."""

@@ -95,6 +95,16 @@ def age(seconds: Any) -> str:
 
 
 @_numeric
+def size(value: float) -> str:
+    """Bytes held (memory, disk): binary units, three significant digits."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    return f"{value:,.0f} B" if unit == "B" else f"{significant(value)} {unit}"
+
+
+@_numeric
 def rate(value: float) -> str:
     """A share as a percentage with one decimal."""
     return f"{value:.1%}"
@@ -207,6 +217,8 @@ def formatter(name: str, values: pd.Series | None = None) -> Formatter:
         return stamp
     if name.endswith("_usd"):
         return usd
+    if name.endswith("_bytes"):
+        return size
     if values is not None and pd.api.types.is_bool_dtype(values):
         return text
     if values is not None and pd.api.types.is_numeric_dtype(values):
@@ -236,6 +248,9 @@ HEADERS: dict[str, str] = {
     "episode_p50_s": "Episode p50",
     "episode_p95_s": "Episode p95",
     "episode_res_s": "Episode resolution",
+    "idle_memory_n": "Idle memory n",
+    "idle_memory_p50_bytes": "Memory held idle p50",
+    "snapshot_bytes": "Snapshots on disk",
     "last_probe_age_s": "Last probe",
     "res_s": "Resolution",
     "mean": "Mean",

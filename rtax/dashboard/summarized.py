@@ -260,19 +260,29 @@ def vantages(rows: pd.DataFrame) -> pd.DataFrame:
 PATH_ORDER = ("cold", "warm", "restore", "resume")
 
 
-def paths(rows: pd.DataFrame) -> pd.DataFrame:
+def paths(
+    rows: pd.DataFrame,
+    memory: pd.DataFrame | None = None,
+    snapshots: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per substrate and launch path, T0 time to first command and the T2 episode (each p50,
     p95 and n, from summary rows of the fixed scripts), paths in `PATH_ORDER`: the four ways to
-    a ready environment side by side (the Paths page)."""
+    a ready environment side by side (the Paths page). With `memory` (`Runs.idle_memory`) and
+    `snapshots` (the snapshots table), what each path holds while idle: the p50 and n of the
+    memory a warm or paused environment held as it waited, and the bytes on disk of the
+    restore path's ready snapshots."""
     columns = ["substrate", "launch_type"]
     out_columns = [
         *columns,
         "ttfc_n",
-        "ttfc_p50",
-        "ttfc_p95",
+        "ttfc_p50_s",
+        "ttfc_p95_s",
         "episode_n",
-        "episode_p50",
-        "episode_p95",
+        "episode_p50_s",
+        "episode_p95_s",
+        "idle_memory_n",
+        "idle_memory_p50_bytes",
+        "snapshot_bytes",
     ]
     fixed = rows[rows["steps"] == 0] if not rows.empty else rows
     if fixed.empty:
@@ -284,10 +294,24 @@ def paths(rows: pd.DataFrame) -> pd.DataFrame:
     ):
         table = summaries.latency(fixed[fixed["tier"] == tier], metric, columns)
         table = table[[*columns, "n", "p50", "p95"]].rename(
-            columns={"n": f"{name}_n", "p50": f"{name}_p50", "p95": f"{name}_p95"}
+            columns={"n": f"{name}_n", "p50": f"{name}_p50_s", "p95": f"{name}_p95_s"}
         )
         parts.append(table.set_index(columns))
-    out = parts[0].join(parts[1], how="outer").reset_index()
+    out = parts[0].join(parts[1], how="outer")
+    if memory is not None and not memory.empty:
+        held = memory.groupby(columns)["memory_bytes"].agg(
+            idle_memory_n="size",
+            idle_memory_p50_bytes=lambda v: stats.percentile(v.astype(float).tolist(), 50),
+        )
+        out = out.join(held, how="left")
+    out = out.reset_index()
+    if snapshots is not None and not snapshots.empty:
+        ready = snapshots[snapshots["state"] == "ready"]
+        on_disk = ready.groupby("substrate")["size_bytes"].sum()
+        out["snapshot_bytes"] = [
+            on_disk.get(sub) if launch == "restore" else None
+            for sub, launch in zip(out["substrate"], out["launch_type"], strict=True)
+        ]
     order = {p: i for i, p in enumerate(PATH_ORDER)}
     out["_order"] = out["launch_type"].map(order).fillna(len(order))
     out = out.sort_values(["substrate", "_order"]).drop(columns=["_order"])

@@ -168,6 +168,21 @@ class Runs(Table):
         )
         return self._frame(sql, params)
 
+    def idle_memory(self, **filters: Any) -> pd.DataFrame:
+        """Per run handed over by a pool (warm, resume) whose kind says what an environment
+        holds (`rtax.substrates.base.Weighs`): its substrate, launch type and
+        ``memory_bytes``, measured once the environment was made and while it waited
+        (provenance ``pool.memory_bytes``): what a pool of that path holds per environment."""
+        where, params = _where(filters, prefix="", allowed=RUN_FILTERS)
+        clause = f"{where} AND" if where else "WHERE"
+        return self._frame(
+            "SELECT substrate, launch_type, memory_bytes FROM (SELECT substrate, launch_type, "
+            "json_extract(provenance, '$.pool.memory_bytes') AS memory_bytes, started_at, "
+            f"run_id FROM runs {clause} launch_type IN ('warm', 'resume')) "
+            "WHERE memory_bytes IS NOT NULL ORDER BY started_at, run_id",
+            params,
+        )
+
     def series_seen(self, since: str) -> pd.DataFrame:
         """Each series (`SERIES_COLUMNS`) probed since `since`, with its newest ``started_at``
         (``last``) and that of its newest rollout that reached the substrate, rtax's own

@@ -265,6 +265,9 @@ class PodmanSubstrate:
         )
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
+        if isinstance(env, Leftover) and env.frozen:  # a resume pool's whose owner is gone
+            with contextlib.suppress(SubstrateError):
+                self._podman("unpause", env.env_id, timeout_s=timeout_s)
         try:
             self._podman("rm", "--force", "--time", "0", env.env_id, timeout_s=timeout_s)
         except SubstrateError as exc:
@@ -289,6 +292,32 @@ class PodmanSubstrate:
         env.resolved("cleanup", found.resolution_s)
         env.mark("removed")
 
+    # -- pauses (rtax.substrates.base.Pauses, Weighs): the resume path --------------------------
+
+    def pause(self, env: Environment) -> None:
+        """Freeze every process of `env` (``podman pause``: the cgroup freezer)."""
+        self._freezer(env, "pause")
+
+    def unpause(self, env: Environment) -> None:
+        """Thaw `env`: its processes run again where they stopped."""
+        self._freezer(env, "unpause")
+
+    def _freezer(self, env: Environment, what: str) -> None:
+        try:
+            self._podman(what, env.env_id, timeout_s=self.create_timeout_s, error=CreateFailed)
+        except CreateFailed as exc:
+            if "no such container" in str(exc):
+                raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
+            raise
+
+    def memory_bytes(self, env: Environment) -> int | None:
+        """`Weighs.memory_bytes`: the bytes ``podman stats`` reports (one sample, its raw
+        figure rather than the rounded text it prints); None when it reports none."""
+        out = self._podman(
+            "stats", "--no-stream", "--format", "{{.ContainerStats.MemUsage}}", env.env_id
+        ).strip()
+        return int(out) if out.isdigit() else None
+
     def leftovers(self) -> list[Leftover]:
         wanted = kit.selector(self.name)
         argv = ["ps", "--all", "--format", "json"]
@@ -304,6 +333,7 @@ class PodmanSubstrate:
                         labels,
                         created_at=c.get("Created"),
                         detail=f"{self.name}, {c.get('State')}",
+                        frozen=c.get("State") == "paused",
                     )
                 )
         return found

@@ -36,7 +36,7 @@ from typing import Any
 from rtax.core.failures import Cancelled, ClaimTimeout, NotSupported, SubstrateError
 from rtax.core.workloads import Action
 from rtax.settings.pool import PoolSettings
-from rtax.substrates.base import Environment, Pauses, Substrate, clock
+from rtax.substrates.base import Environment, Pauses, Substrate, Weighs, clock
 from rtax.substrates.coldstart import cold_start
 from rtax.substrates.wrapper import Wrapper
 
@@ -383,10 +383,23 @@ class WarmPool(Wrapper):
             except BaseException:
                 self._remove(made.env)
                 raise
+        made.made["memory_bytes"] = self._weigh(made.env)
         with self._cond:
             self.made.append(made.made)
         expires = made.started + self.label_lifetime_s
         return _Ready(made.env, made.made, made.started, made.ready_at, expires)
+
+    def _weigh(self, env: Environment) -> int | None:
+        """What `env` holds while it waits (paused, if the pool pauses): measured once it is
+        made, by the worker that made it, so no claim waits for the call; None when the kind
+        can't say (not `Weighs`) or the call failed (logged: a pool is not refused for it)."""
+        if not isinstance(self.inner, Weighs):
+            return None
+        try:
+            return self.inner.memory_bytes(env)
+        except Exception as exc:
+            log.warning("warm pool of %s: memory of %s: %s", self.name, env.env_id, exc)
+            return None
 
     def _pause(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
