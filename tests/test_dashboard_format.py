@@ -242,14 +242,14 @@ def test_the_raw_preview_formats_what_it_does_not_know_by_its_values() -> None:
             "started_at": ["2026-06-01T11:00:00.123456+00:00"],
             "create_s": [0.0123],
             "seq": [1.0],
-            "stdout_bytes": [2.5],
+            "stdout_bytes": [2048.0],
             "error_class": [None],
             "creates_per_s": [4.567],
         }
     )
     assert _table(frame) == [
         "Run id | Started at | Create | Seq | Stdout bytes | Error class | Creates per second",
-        "a | 2026-06-01 11:00:00 UTC | 12.3 ms | 1 | 2.50 |  | 4.57 /s",
+        "a | 2026-06-01 11:00:00 UTC | 12.3 ms | 1 | 2.00 KiB |  | 4.57 /s",
     ]
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rtax.assets.image import RUNNER_IMAGE
+from rtax.core import checks
 from rtax.core.failures import (
     CleanupFailed,
     CreateFailed,
@@ -527,11 +528,11 @@ def held_memory(memory_stats: dict[str, Any]) -> int | None:
     (cgroup v2 ``inactive_file``, v1 ``total_inactive_file``), the figure ``docker stats``
     shows; None without a usage (a runtime that keeps no cgroup statistics)."""
     usage = memory_stats.get("usage")
-    if not isinstance(usage, int) or isinstance(usage, bool):
+    if not checks.is_whole(usage, low=0):
         return None
     detail = memory_stats.get("stats") or {}
     cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
-    return max(usage - (cache if isinstance(cache, int) and cache < usage else 0), 0)
+    return max(usage - (cache if checks.is_whole(cache, 0, usage) else 0), 0)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
