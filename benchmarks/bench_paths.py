@@ -258,10 +258,17 @@ def _full(pool: WarmPool, deadline_s: float = 600.0) -> None:
 
 
 def _bench_path(
-    path: str, gvisor: bool, n: int, n_t2: int, t2: Workload, report: Report, rng: random.Random
+    path: str,
+    gvisor: bool,
+    n: int,
+    n_t2: int,
+    compose: Composition,
+    report: Report,
+    rng: random.Random,
 ) -> float:
-    """One path's T0 time to first command (against its independent timing) and T2 episode;
-    returns the T0 p50."""
+    """One path's T0 time to first command (against its independent timing) and T2 episode
+    (its repository as the composition gives it to this path: gVisor's restore path clones a
+    copy made inside its snapshot source); returns the T0 p50."""
     label = "docker-gvisor" if gvisor else "docker"
     t0 = workloads.build("T0")
     sub = _path(path, gvisor)
@@ -286,13 +293,9 @@ def _bench_path(
             "target <= 1.05x",
             ratio <= 1.05,
         )
-        support = getattr(sub, "inner", sub).snapshot_support if path == "restore" else None
-        reason = support(True) if support else None
-        if reason:
-            print(f"  {path:<8} T2 episode: not supported ({reason})")
-        else:
-            episodes = [_rollout(sub, t2)["episode_s"] for _ in range(n_t2)]
-            print(f"  {path:<8} T2 episode p50 {_p50(episodes):7.3f} s (n={len(episodes)})")
+        t2 = workloads.build("T2", source=compose.source(sub))
+        episodes = [_rollout(sub, t2)["episode_s"] for _ in range(n_t2)]
+        print(f"  {path:<8} T2 episode p50 {_p50(episodes):7.3f} s (n={len(episodes)})")
         return _p50(ours)
     finally:
         sub.close()
@@ -303,12 +306,11 @@ def _bench_runtime(
     n: int,
     n_t2: int,
     group: int,
-    source: Any,
+    compose: Composition,
     report: Report,
     rng: random.Random,
 ) -> None:
     label = "docker-gvisor" if gvisor else "docker"
-    t2 = workloads.build("T2", source=source)
     print(
         f"\n{label}: T0 time to first command (p50 of n={n} pairs, the ratio's 95 % bootstrap "
         f"interval in brackets) and T2 episode (p50, n={n_t2})"
@@ -318,7 +320,7 @@ def _bench_runtime(
         f"  the command wrapper: bare `true` {_p50(bare) * 1e3:.1f} ms, as rtax runs it "
         f"{_p50(wrapped) * 1e3:.1f} ms (p50, n={n}; on both sides below)"
     )
-    ttfc = {path: _bench_path(path, gvisor, n, n_t2, t2, report, rng) for path in PATHS}
+    ttfc = {path: _bench_path(path, gvisor, n, n_t2, compose, report, rng) for path in PATHS}
     for path in PATHS[1:]:
         print(f"  {path + ' / cold T0 ttfc':<28} {ttfc[path] / ttfc['cold']:7.3f}x")
     print(f"  fork of {group} at once: time to the first and to all {group} first commands")
@@ -382,11 +384,10 @@ def main() -> int:
     report = Report("paths")
     rng = random.Random(0)
     with Composition() as compose:
-        source = compose.source(_substrate(False))
         for gvisor in (False, True):
             if args.only and args.only != ("docker-gvisor" if gvisor else "docker"):
                 continue
-            _bench_runtime(gvisor, args.n, args.n_t2, args.group, source, report, rng)
+            _bench_runtime(gvisor, args.n, args.n_t2, args.group, compose, report, rng)
     print(report.summary())
     return 0
 

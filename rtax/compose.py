@@ -368,9 +368,17 @@ class Composition:
     ) -> RepoSource:
         """T2's repository: the fixture served over git:// (``serve``), the fixture by path
         (``path``, for substrates that see this host's files) or any git URL; the commit, fix
-        and failing test default to the fixture's."""
+        and failing test default to the fixture's. A restore path whose snapshot sources have
+        no network clones the fixture from a copy made inside them (`Restorer.seed`)."""
         fixture = self.fixture()
-        if repo_url == "serve":
+        seeded = (
+            substrate.seed(fixture.bare_repo)
+            if repo_url in ("serve", "path") and isinstance(substrate, Restorer)
+            else None
+        )
+        if seeded is not None:  # snapshot sources without a network clone a copy
+            url = f"file://{seeded}"
+        elif repo_url == "serve":
             url = self.git_url(substrate)
         else:
             url = str(fixture.bare_repo) if repo_url == "path" else repo_url

@@ -10,6 +10,7 @@ up; the state check is what makes a fast restore also a correct one."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 
 from contract import SubstrateContract, assert_phases_add_up
 from polling import deadline_s
+from rtax.assets.attrs import Fixture
 from rtax.core import workloads
 from rtax.core.kinds import NAMED
 from rtax.core.workloads import RepoSource
@@ -31,7 +33,7 @@ from rtax.substrates.docker.substrate import SNAPSHOT_REPOSITORY, DockerSubstrat
 from rtax.substrates.local import LocalSubstrate
 from rtax.substrates.pool import WarmPool
 from rtax.substrates.reaper import reap
-from rtax.substrates.restore import Restorer
+from rtax.substrates.restore import SEED_DIR, Restorer
 
 pytestmark = pytest.mark.usefixtures("runner_image")
 
@@ -97,31 +99,6 @@ def _paused(gvisor: bool) -> Iterator[WarmPool]:
     assert _left() == ""
 
 
-class _NoSetupContract(SubstrateContract):
-    """gVisor's checkpointable runtime has no network (runsc refuses to checkpoint a sandbox
-    on the host's): a tier with a set-up that clones is refused before any rollout starts,
-    with a reason, as ``not_supported``."""
-
-    def _refused(self, substrate, workload) -> None:
-        record = run_rollout(substrate, workload)
-        assert record.run["status"] == "failed"
-        assert record.run["error_class"] == "not_supported", record.run
-        assert "--network=none" in record.run["error_message"]
-        assert record.run["wall_s"] is None  # nothing was made: no phase to add up
-
-    def test_t2_patch_turns_failing_test_into_passing(self, substrate, repo_source) -> None:
-        self._refused(substrate, workloads.build("T2", source=repo_source))
-
-    def test_t2_with_unchanged_test_is_workload_failed(self, substrate, repo_source) -> None:
-        self._refused(substrate, workloads.build("T2", source=repo_source))
-
-    def test_trajectory_of_10_stored_one_by_one(self, substrate, repo_source, store) -> None:
-        self._refused(substrate, workloads.build("T2", steps=10, seed=3, source=repo_source))
-
-    def test_every_action_template_runs(self, substrate, repo_source) -> None:
-        self._refused(substrate, workloads.build("T2", source=repo_source))
-
-
 class TestRestoreDockerContract(SubstrateContract):
     @pytest.fixture
     def substrate(self) -> Iterator[Restorer]:
@@ -136,11 +113,50 @@ class TestRestoreDockerSessionContract(SubstrateContract):
             yield made
 
 
-class TestRestoreGvisorContract(_NoSetupContract):
+class TestRestoreGvisorContract(SubstrateContract):
+    """gVisor's checkpointable runtime has no network (runsc refuses to checkpoint a sandbox
+    on the host's): T2's snapshot source clones a copy of the fixture made inside it
+    (`Restorer.seed`), as the composition arranges for every restore path like it."""
+
     @pytest.fixture
     def substrate(self, gvisor: None) -> Iterator[Restorer]:
         with _restorer(gvisor=True) as made:
             yield made
+
+    @pytest.fixture
+    def repo_source(
+        self, substrate: Restorer, docker_repo_source: RepoSource, attrs_fixture: Fixture
+    ) -> RepoSource:
+        seeded = substrate.seed(attrs_fixture.bare_repo)
+        assert seeded == f"{SEED_DIR}/{attrs_fixture.bare_repo.name}"
+        return dataclasses.replace(docker_repo_source, url=f"file://{seeded}")
+
+
+def test_gvisor_restores_t2_from_a_copy_of_the_fixture_and_refuses_a_clone_over_the_network(
+    gvisor: None, docker_repo_source: RepoSource, attrs_fixture: Fixture
+) -> None:
+    """Cloning over git:// can't run without a network: refused before any rollout starts,
+    with the reason, as ``not_supported``. Seeded, the snapshot holds the clone and not the
+    copy it was made from (removed before the checkpoint)."""
+    with _restorer(gvisor=True) as restorer:
+        refused = run_rollout(restorer, workloads.build("T2", source=docker_repo_source)).run
+        assert refused["status"] == "failed"
+        assert refused["error_class"] == "not_supported", refused
+        assert "--network=none" in refused["error_message"]
+        assert refused["wall_s"] is None  # nothing was made: no phase to add up
+        seeded = restorer.seed(attrs_fixture.bare_repo)
+        source = dataclasses.replace(docker_repo_source, url=f"file://{seeded}")
+        record = run_rollout(restorer, workloads.build("T2", source=source))
+        assert record.ok, record.run
+        assert restorer.snapshots["T2"]["seeded"] == [attrs_fixture.bare_repo.name]
+        env = restorer.inner.restore(
+            restorer.snapshots["T2"], "contract-paths-seed-check", lifetime_s=600
+        )
+        try:
+            found = restorer.inner.run(env, f"test -d repo/.git && ! test -e {SEED_DIR}", 60)
+            assert found.exit_code == 0, found
+        finally:
+            restorer.inner.destroy(env, 120)
 
 
 class TestResumeDockerContract(SubstrateContract):

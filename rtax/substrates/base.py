@@ -33,6 +33,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rtax.core import redaction
@@ -277,8 +278,9 @@ class Snapshots(Protocol):
     says nothing keeps both (`snapshot_keeps_memory`). It is not a member of this protocol, so
     that every kind that snapshots need not repeat the default."""
 
-    def snapshot_support(self, tier_has_setup: bool) -> str | None:
-        """Why a workload (with a set-up, or without) can't be snapshotted here; None: it can."""
+    def snapshot_support(self, needs_network: bool) -> str | None:
+        """Why a workload whose set-up reaches the network (or one whose doesn't) can't be
+        snapshotted here; None: it can."""
         ...
 
     def snapshot_source(self, run_id: str, *, token: str, lifetime_s: float) -> Environment:
@@ -313,6 +315,17 @@ class Pauses(Protocol):
     def pause(self, env: Environment) -> None: ...
 
     def unpause(self, env: Environment) -> None: ...
+
+
+@runtime_checkable
+class CopiesIn(Protocol):
+    """A kind that can copy a folder of this host into a running environment from outside it
+    (Docker's archive upload): how a snapshot source without a network gets what its set-up
+    would otherwise fetch (`rtax.substrates.restore.Restorer.seed`)."""
+
+    def copy_in(self, env: Environment, folder: Path, into: str) -> None:
+        """Copy `folder` into `env` as ``into/<folder's name>``."""
+        ...
 
 
 @runtime_checkable

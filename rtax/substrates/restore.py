@@ -19,6 +19,11 @@ Why it is built this way (docs/measurement.md#launch-paths):
   ``file``), so a file-only row is never read as one that proved its memory.
 - How long the snapshot took and what it holds on disk are measurements too: each is passed to
   `on_snapshot` (the store's snapshots table) and kept in the rollouts' provenance.
+- A kind whose snapshot sources have no network (gVisor's checkpointable runtime) can still
+  snapshot a set-up that fetches, if what it fetches is a folder of this host: `seed` says
+  where the folder will be inside (`SEED_DIR`), the composition points the set-up there, and
+  the folder is copied into the source (`rtax.substrates.base.CopiesIn`) before the set-up
+  runs and removed after it, so the snapshot holds the set-up's result and not the copy.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from rtax.core.workloads import Action, Workload, warmup
 from rtax.substrates import state
 from rtax.substrates.base import (
     READY_COMMAND,
+    CopiesIn,
     Environment,
     Snapshots,
     Substrate,
@@ -57,6 +63,8 @@ SNAPSHOT_RUN_PREFIX = "snapshot-"
 #: snapshots keep: kept in each rollout's launch provenance as ``state_check``.
 BOTH_HALVES = "file+memory"
 FILE_ONLY = "file"
+#: Where a snapshot source without a network finds the host folders its set-up reads (`seed`).
+SEED_DIR = "/opt/rtax-seed"
 
 
 class SnapshotFailed(SubstrateError):
@@ -100,6 +108,10 @@ class Restorer(Wrapper):
         self.snapshots: dict[str, dict[str, Any]] = {}
         #: run id -> the snapshot its rollout restores (`prepare_for` → `claim`, `setup_of`)
         self._for_run: dict[str, dict[str, Any]] = {}
+        #: folder name -> the host folder copied into each snapshot source (`seed`); a lock
+        #: of its own, as `_make` reads it while `_lock` is held
+        self._seeds: dict[str, Path] = {}
+        self._seeds_lock = threading.Lock()
 
     # -- the protocol, passed through (`Wrapper`), but for its description -----------------
 
@@ -126,10 +138,24 @@ class Restorer(Wrapper):
             )
         }
 
+    def seed(self, folder: Path) -> str | None:
+        """Where the snapshot sources will find `folder` (copied in before their set-up) when
+        they can't reach the network but can be given files; None when they need no copy
+        (they reach the network) or can't take one. A set-up that names the returned path
+        reads the copy, and only then is it snapshotted without a network."""
+        inner = self.inner
+        if not isinstance(inner, CopiesIn):
+            return None
+        if inner.snapshot_support(True) is None or inner.snapshot_support(False) is not None:
+            return None
+        with self._seeds_lock:
+            self._seeds[folder.name] = folder
+        return f"{SEED_DIR}/{folder.name}"
+
     def ensure(self, workload: Workload) -> dict[str, Any]:
         """The snapshot of `workload`'s tier for the image in use, made now if there is none
         (a fork makes it before its group's clock starts)."""
-        support = self.inner.snapshot_support(bool(workload.setup))
+        support = self.inner.snapshot_support(self._needs_network(workload))
         if support is not None:
             raise NotSupported(f"{self.name} can't restore {workload.tier}: {support}")
         described = self.inner.describe()
@@ -183,10 +209,15 @@ class Restorer(Wrapper):
         )
         try:
             self._ready(env)
+            seeded = self._seeded(workload)
+            for folder in seeded:
+                self.inner.copy_in(env, folder, SEED_DIR)  # type: ignore[attr-defined]
             t0 = self.now()
             for action in workload.setup:
                 self._must(env, action, "set-up")
             t1 = self.now()
+            if seeded:  # the set-up's result is the state, not the copy it read
+                self._must(env, Action("setup", f"rm -rf {SEED_DIR}"), "seed removal")
             for action in warmup(workload):
                 self._must(env, action, "warm-up")
             t2 = self.now()
@@ -210,6 +241,7 @@ class Restorer(Wrapper):
             "setup_s": t1 - t0,
             "warmup_s": t2 - t1,
             "snapshot_s": t4 - t3,
+            "seeded": [folder.name for folder in seeded],
         }
         if self.on_snapshot is not None:
             self.on_snapshot(
@@ -232,6 +264,26 @@ class Restorer(Wrapper):
                 }
             )
         return snap
+
+    def _seeded(self, workload: Workload) -> list[Path]:
+        """The seeded folders `workload`'s set-up reads (it names their path inside)."""
+        with self._seeds_lock:
+            seeds = dict(self._seeds)
+        return [
+            folder
+            for name, folder in seeds.items()
+            if any(f"{SEED_DIR}/{name}" in action.command for action in workload.setup)
+        ]
+
+    def _needs_network(self, workload: Workload) -> bool:
+        """Whether some action of `workload`'s set-up fetches from outside: every action
+        that reads no seeded folder is taken to."""
+        with self._seeds_lock:
+            names = list(self._seeds)
+        return any(
+            not any(f"{SEED_DIR}/{name}" in action.command for name in names)
+            for action in workload.setup
+        )
 
     def _ready(self, env: Environment) -> None:
         deadline = self.now() + self.ready_timeout_s

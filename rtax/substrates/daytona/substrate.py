@@ -391,7 +391,7 @@ class DaytonaSubstrate:
     #: state check asks for the file half alone (`rtax.substrates.base.snapshot_keeps_memory`)
     snapshot_keeps_memory = False
 
-    def snapshot_support(self, tier_has_setup: bool) -> str | None:
+    def snapshot_support(self, needs_network: bool) -> str | None:
         """None: every tier can be snapshotted (a sandbox's files, its set-up's clone with
         them; the API refuses what the organisation can't, and the snapshot says why)."""
         return None

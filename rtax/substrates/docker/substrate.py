@@ -16,8 +16,10 @@ Why these choices (docs/substrates/docker.md):
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
+import tarfile
 from collections.abc import Callable
 from functools import cached_property
 from importlib import metadata
@@ -282,10 +284,11 @@ class DockerSubstrate:
 
     # -- snapshots and pauses (rtax.substrates.base.Snapshots, Pauses) ----------------------
 
-    def snapshot_support(self, tier_has_setup: bool) -> str | None:
+    def snapshot_support(self, needs_network: bool) -> str | None:
         """Why this substrate can't snapshot a workload (None: it can): restore places the
         checkpoint under the engine's data root, so the engine must be local; gVisor's
-        checkpointable runtime has no network, so nothing can be cloned into it."""
+        checkpointable runtime has no network, so a set-up that fetches over one can't run
+        in it (what it needs can be copied in instead: `copy_in`)."""
         if self.api.base_url != "http+docker://localhost":
             return f"restore needs the engine's data root on this host ({self.api.base_url})"
         registered = self._info().get("Runtimes") or {}
@@ -294,10 +297,10 @@ class DockerSubstrate:
             return f"the engine has no runtime {runtime!r} (scripts/ensure-docker.sh registers it)"
         if not self._info().get("ExperimentalBuild"):
             return 'the engine\'s checkpoint API needs "experimental": true (make docker)'
-        if self._gvisor(runtime) and tier_has_setup:
+        if self._gvisor(runtime) and needs_network:
             return (
                 f"{runtime} runs with --network=none (runsc refuses to checkpoint a sandbox on "
-                "the host's network), so a set-up that clones can't run in it"
+                "the host's network), so a set-up that clones over the network can't run in it"
             )
         return None
 
@@ -313,6 +316,23 @@ class DockerSubstrate:
             self._remove_quietly(env.env_id)
             raise
         return env
+
+    def copy_in(self, env: Environment, folder: Path, into: str) -> None:
+        """`CopiesIn.copy_in`: `folder` as ``into/<its name>`` through the engine's archive
+        upload, which writes the container's files from the host: a container without a
+        network (gVisor's snapshottable one) gets what its set-up reads. The engine makes
+        the missing parents of `into`."""
+        errors = _docker().errors
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.add(folder, arcname=f"{into.strip('/')}/{folder.name}")
+        try:
+            with self._call_timeout(self.create_timeout_s):
+                self.api.put_archive(env.env_id, "/", archive.getvalue())
+        except errors.NotFound as exc:
+            raise EnvironmentLost(f"container {env.env_id[:12]} is gone") from exc
+        except (errors.APIError, *_transport_errors()) as exc:
+            raise SubstrateError(f"copy {folder.name} into {env.env_id[:12]}: {exc}") from exc
 
     def snapshot(self, env: Environment, into: str) -> dict[str, Any]:
         """Checkpoint `env` into `into` (it stops), committing its files first where the
