@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -227,6 +228,30 @@ def test_the_reaper_thaws_a_frozen_leftover_whose_pool_is_gone(
         pool.close()
         reaper.close()
     assert _left() == ""
+
+
+@pytest.mark.parametrize("removed", ["image", "checkpoint"])
+def test_a_snapshot_removed_outside_rtax_fails_one_rollout_and_is_made_again(
+    removed: str,
+) -> None:
+    """Someone prunes the snapshot's committed image, or its checkpoint folder: the next
+    restore fails as ``create_failed`` saying the snapshot is gone (kept, classified), and
+    the one after it makes a new snapshot and runs, instead of every restore failing until
+    a restart."""
+    with _restorer(gvisor=False) as restorer:
+        t0 = workloads.build("T0")
+        assert run_rollout(restorer, t0).ok
+        first = restorer.snapshots["T0"]
+        if removed == "image":
+            subprocess.run(["docker", "rmi", "-f", first["image"]], check=True, capture_output=True)
+        else:
+            shutil.rmtree(first["dir"])
+        gone = run_rollout(restorer, t0).run
+        assert gone["status"] == "failed" and gone["error_class"] == "create_failed", gone
+        assert "gone" in gone["error_message"]
+        again = run_rollout(restorer, t0)
+        assert again.ok, again.run
+        assert restorer.snapshots["T0"]["snapshot_id"] != first["snapshot_id"]
 
 
 def test_a_kind_that_cannot_snapshot_is_refused_up_front() -> None:

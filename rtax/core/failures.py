@@ -39,6 +39,12 @@ class CreateFailed(SubstrateError):
     error_class = "create_failed"
 
 
+class SnapshotGone(CreateFailed):
+    """The snapshot a restore asked for is gone (its image or checkpoint was removed outside
+    rtax): that rollout fails as ``create_failed``, and the restore path drops the snapshot so
+    that the next rollout makes a new one instead of failing the same way forever."""
+
+
 class CreateTimeout(SubstrateError):
     error_class = "create_timeout"
 

@@ -41,7 +41,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rtax.core.failures import ClaimTimeout, NotSupported, RestoreCorrupt, SubstrateError
+from rtax.core.failures import (
+    ClaimTimeout,
+    NotSupported,
+    RestoreCorrupt,
+    SnapshotGone,
+    SubstrateError,
+)
 from rtax.core.workloads import Action, Workload, warmup
 from rtax.substrates import state
 from rtax.substrates.base import (
@@ -175,7 +181,14 @@ class Restorer(Wrapper):
         snap = self._for_run.get(run_id)
         if snap is None:
             raise ClaimTimeout(f"no snapshot was prepared for the rollout {run_id}")
-        return self.inner.restore(snap, run_id, lifetime_s=lifetime_s)
+        try:
+            return self.inner.restore(snap, run_id, lifetime_s=lifetime_s)
+        except SnapshotGone:
+            with self._lock:  # the next rollout makes a new one (unless one was made since)
+                if self.snapshots.get(snap["tier"]) is snap:
+                    del self.snapshots[snap["tier"]]
+                    self._forget(snap, "gone")
+            raise
 
     def setup_of(self, env: Environment, setup: tuple[Action, ...]) -> tuple[Action, ...]:
         """Only the state check: the snapshot holds the tier's set-up."""

@@ -36,6 +36,7 @@ from rtax.core.failures import (
     ExecError,
     RateLimited,
     ReadyTimeout,
+    SnapshotGone,
     SubstrateError,
 )
 from rtax.substrates import kit, state
@@ -369,7 +370,18 @@ class DockerSubstrate:
         """A new container from `snap`: created from its image, the checkpoint placed in its
         folder, started from it, until the engine says it runs."""
         errors = _docker().errors
-        env = self._create(run_id, lifetime_s, image=str(snap["image"]), snapshottable=True)
+        then = "(removed outside rtax): the next rollout makes a new snapshot"
+        if not Path(snap["dir"]).is_dir():
+            raise SnapshotGone(f"snapshot {Path(snap['dir']).name}: its checkpoint is gone {then}")
+        try:
+            env = self._create(run_id, lifetime_s, image=str(snap["image"]), snapshottable=True)
+        except CreateFailed as exc:
+            if isinstance(exc.__cause__, errors.ImageNotFound):
+                raise SnapshotGone(
+                    f"snapshot {Path(snap['dir']).name}: its image {str(snap['image'])[:19]} "
+                    f"is gone {then}"
+                ) from exc
+            raise
         try:
             root = str(self._info().get("DockerRootDir") or "/var/lib/docker")
             snapshot.place(root, env.env_id, Path(snap["dir"]), run_id)
