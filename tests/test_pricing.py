@@ -4,6 +4,7 @@ useful seconds and dollars, against figures worked out by hand (docs/configurati
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from datetime import date
 from pathlib import Path
@@ -149,3 +150,80 @@ def test_dollars_per_million_rollouts() -> None:
     assert cost.unset == ("per_instance_hour",)
     instance = Prices(per_instance_hour=_price(0.0832))
     assert pricing.dollars(instance, 7_200, 5).total_usd == pytest.approx(0.1664)
+
+
+def test_dollars_per_successful_rollout_by_hand() -> None:
+    """Nine attempts of ten succeed (100.4 s each), one fails after 30 s; one retry; billing
+    is at least 60 s, then per second; 10 pooled environments idle for an hour over a plan of
+    1,000 rollouts; 1 vCPU at $0.36 an hour ($0.0001 a second). By hand:
+    attempts per rollout 1 + 0.1 = 1.1, rollouts that succeed 1 - 0.1^2 = 0.99, so 1.1/0.99 =
+    1.111 attempts per success. An attempt lives 0.9 x 100.4 + 0.1 x 30 = 93.36 s and is billed
+    0.9 x 101 + 0.1 x 60 = 96.9 s (rounding 3.54 s). The pool's 36,000 s spread over the
+    plan's 990 successes: 36.364 s each. Billed per success 1.111 x 96.9 + 36.364 = 144.030 s:
+    $0.014403, $14,403 per million successful rollouts, against today's figure 100.4 s x
+    $0.0001 = $10,040 per million."""
+    prices = Prices(
+        vcpus=1, per_vcpu_hour=Price(0.36, "https://example.test/prices", date(2026, 5, 1))
+    )
+    got = pricing.per_successful_rollout(
+        [100.4] * 9,
+        [30.0],
+        prices,
+        retries=1,
+        billing=pricing.Billing(minimum_s=60, granularity_s=1),
+        pool_size=10,
+        pool_idle_s=3600,
+        rollouts=1_000,
+    )
+    assert got.success_rate == pytest.approx(0.9)
+    assert got.attempts_per_rollout == pytest.approx(1.1)
+    assert got.rollout_success == pytest.approx(0.99)
+    assert got.attempts_per_success == pytest.approx(1.1 / 0.99)
+    assert got.lived_s == pytest.approx(93.36 / 0.9)
+    assert got.rounding_s == pytest.approx(3.54 / 0.9)
+    assert got.idle_pool_s == pytest.approx(36_000 / 990)
+    assert got.billed_s == pytest.approx(144.0303, abs=1e-3)
+    assert got.worker_s == pytest.approx(103.7333, abs=1e-3)
+    assert got.usd * 1e6 == pytest.approx(14_403.03, abs=0.01)
+    assert got.naive_usd * 1e6 == pytest.approx(10_040.0)
+
+
+def test_billing_rounds_up_to_its_step_and_minimum() -> None:
+    per_minute = pricing.Billing(minimum_s=60, granularity_s=60)
+    assert [per_minute.billed_s(t) for t in (0, 1, 60, 60.5, 121)] == [60, 60, 60, 120, 180]
+    assert pricing.Billing().billed_s(2.1) == 3  # per second, no minimum
+    assert pricing.Billing().billed_s(3.0) == 3  # a whole step is not rounded again
+
+
+def test_a_leak_is_billed_per_attempt_and_no_success_is_refused() -> None:
+    prices = Prices(per_instance_hour=Price(3.6, "https://example.test/prices", date(2026, 5, 1)))
+    got = pricing.per_successful_rollout([10.0, 10.0], [], prices, leaked_s_per_attempt=5.0)
+    assert got.billed_s == pytest.approx(15.0) and got.usd == pytest.approx(0.015)
+    with pytest.raises(ValueError, match="no successful attempt"):
+        pricing.per_successful_rollout([], [4.0], prices)
+
+
+def test_the_billing_rule_is_read_dated_and_sourced(tmp_path: Path) -> None:
+    cloud = _conf(
+        tmp_path,
+        ENTRY
+        + "[substrates.prices]\n"
+        + 'billing = { minimum_s = 60, granularity_s = 1, source = "https://a.example/b", '
+        + "date = 2026-01-15 }\n",
+    ).substrates["cloud"]
+    assert cloud.prices.billing == pricing.Billing(60.0, 1.0, "https://a.example/b", READ)
+    assert cloud.prices.billing.billed_s(12.2) == 60 and cloud.prices.billing.billed_s(61.2) == 62
+
+
+@pytest.mark.parametrize(
+    ("billing", "says"),
+    [
+        ("{ minimum_s = 60 }", "missing source, date"),
+        ('{ granularity_s = 0, source = "https://a.example/b", date = 2026-01-15 }', "> 0"),
+        ('{ minimum_s = -1, source = "https://a.example/b", date = 2026-01-15 }', ">= 0"),
+        ("60", "must be {"),
+    ],
+)
+def test_a_bad_billing_rule_is_refused(tmp_path: Path, billing: str, says: str) -> None:
+    with pytest.raises(config.ConfigError, match=re.escape(says)):
+        _conf(tmp_path, ENTRY + f"[substrates.prices]\nbilling = {billing}\n")

@@ -47,6 +47,26 @@ class Price:
 
 
 @dataclass(frozen=True)
+class Billing:
+    """How a provider rounds an environment's lifetime into billed time: at least
+    `minimum_s`, then in whole steps of `granularity_s` (per-second billing: 1). Per provider,
+    in the dated price table like a price (`source`, `date`); None there: per second, no
+    minimum, and the page says it assumed so."""
+
+    minimum_s: float = 0.0
+    granularity_s: float = 1.0
+    source: str | None = None
+    date: date | None = None
+
+    def billed_s(self, lifetime_s: float) -> float:
+        """What the provider bills for one environment that lived `lifetime_s`."""
+        if lifetime_s <= 0:
+            return self.minimum_s
+        steps = math.ceil(round(lifetime_s / self.granularity_s, 9))
+        return max(self.minimum_s, steps * self.granularity_s)
+
+
+@dataclass(frozen=True)
 class Prices:
     """The environment's size and its prices (None: unset)."""
 
@@ -56,6 +76,8 @@ class Prices:
     per_gib_hour: Price | None = None
     per_instance_hour: Price | None = None
     per_request: Price | None = None
+    #: how the provider rounds billed time (None: not written down; per second assumed)
+    billing: Billing | None = None
 
     def unset(self) -> tuple[str, ...]:
         """The price keys with no number."""
@@ -185,3 +207,99 @@ def dollars(prices: Prices, billed_s: float, creates: int) -> Dollars:
 def per_million(usd: float, rollouts: int) -> float:
     """Dollars per million rollouts of a plan of `rollouts` that costs `usd`."""
     return usd / rollouts * 1e6 if rollouts else math.nan
+
+
+# -- what a successful rollout costs ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PerSuccess:
+    """What one **successful** rollout costs, with each part that a price per
+    environment-hour leaves out named apart (docs/measurement.md#dollars-per-successful-rollout).
+    Seconds are environment-seconds per successful rollout unless named worker-."""
+
+    #: the measured share of attempts that succeeded
+    success_rate: float
+    #: attempts per rollout under the retry policy, and per successful rollout
+    attempts_per_rollout: float
+    attempts_per_success: float
+    #: the share of rollouts that succeed within the retries
+    rollout_success: float
+    #: lifetimes of the attempts, as measured (create request to verified deletion)
+    lived_s: float
+    #: what billing minimums and granularity add to them
+    rounding_s: float
+    #: environments that ran on past their rollout until the reaper found them
+    leaked_s: float
+    #: the warm pool's ready, unclaimed environments
+    idle_pool_s: float
+    #: worker-seconds: the attempts' lifetimes (what a worker waits for)
+    worker_s: float
+    #: dollars at the configured prices (hourly x billed hours + per request x attempts)
+    usd: float
+    #: today's figure for comparison: mean lifetime of one rollout x the hourly price, no
+    #: failures, retries, rounding, leaks or pool
+    naive_usd: float
+
+    @property
+    def billed_s(self) -> float:
+        return self.lived_s + self.rounding_s + self.leaked_s + self.idle_pool_s
+
+
+def per_successful_rollout(
+    ok_lifetimes_s: list[float] | tuple[float, ...],
+    failed_lifetimes_s: list[float] | tuple[float, ...],
+    prices: Prices,
+    *,
+    retries: int = 0,
+    billing: Billing = Billing(),
+    leaked_s_per_attempt: float = 0.0,
+    pool_size: int = 0,
+    pool_idle_s: float = 0.0,
+    rollouts: int = 1,
+) -> PerSuccess:
+    """What a successful rollout costs from measured attempts: each attempt (a success with
+    its measured lifetime, a failure with its own) billed as `billing` rounds it; a failed
+    attempt retried up to `retries` times, so a rollout takes 1 + f + ... + f^retries attempts
+    (f the failure rate) and succeeds with 1 - f^(retries + 1); the seconds environments ran
+    on past their rollout (`leaked_s_per_attempt`, as the reaper found them) and a pool of
+    `pool_size` environments idle for `pool_idle_s` each over a plan of `rollouts` rollouts,
+    spread over the plan's successful ones."""
+    if not ok_lifetimes_s:
+        raise ValueError("no successful attempt measured: a successful rollout has no cost yet")
+    if retries < 0 or pool_size < 0 or pool_idle_s < 0 or rollouts < 1:
+        raise ValueError("retries, the pool and its idle time must be >= 0; rollouts >= 1")
+    if leaked_s_per_attempt < 0:
+        raise ValueError("leaked seconds must be >= 0")
+    ok, failed = list(ok_lifetimes_s), list(failed_lifetimes_s)
+    fail = len(failed) / (len(ok) + len(failed))
+    attempts = sum(fail**i for i in range(retries + 1))
+    succeeds = 1.0 - fail ** (retries + 1)
+    per_success = attempts / succeeds
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    lived = (1 - fail) * mean(ok) + fail * mean(failed)
+    billed = (1 - fail) * mean([billing.billed_s(t) for t in ok]) + fail * mean(
+        [billing.billed_s(t) for t in failed]
+    )
+    idle = pool_size * pool_idle_s / (rollouts * succeeds)
+    env_s = per_success * billed + per_success * leaked_s_per_attempt + idle
+    usd = prices.hourly_usd() * env_s / 3600.0
+    if prices.per_request is not None:
+        usd += prices.per_request.usd * per_success
+    naive = prices.hourly_usd() * mean(ok) / 3600.0
+    return PerSuccess(
+        success_rate=1.0 - fail,
+        attempts_per_rollout=attempts,
+        attempts_per_success=per_success,
+        rollout_success=succeeds,
+        lived_s=per_success * lived,
+        rounding_s=per_success * (billed - lived),
+        leaked_s=per_success * leaked_s_per_attempt,
+        idle_pool_s=idle,
+        worker_s=per_success * lived,
+        usd=usd,
+        naive_usd=naive,
+    )

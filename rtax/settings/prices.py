@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from rtax.core.checks import Bad, is_number, is_whole, unknown_keys
-from rtax.planning.pricing import PRICE_KEYS, UNSET, Limits, Price, Prices
+from rtax.planning.pricing import PRICE_KEYS, UNSET, Billing, Limits, Price, Prices
 
 _LIMIT_KEYS = ("max_concurrent", "creates_per_s")
 _SIZE_KEYS = ("vcpus", "memory_gib")
@@ -92,14 +92,44 @@ def _price(value: Any, key: str, bad: Bad, today: date) -> Price | None:
     return Price(float(usd), source, when)
 
 
+def _billing(value: Any, key: str, bad: Bad, today: date) -> Billing | None:
+    """``billing = { minimum_s, granularity_s, source, date }``: how the provider rounds an
+    environment's billed time, dated and sourced like a price; absent or "unset": None."""
+    if value is None or value == UNSET:
+        return None
+    if not isinstance(value, dict):
+        bad(
+            key,
+            "must be { minimum_s = ..., granularity_s = ..., source = ..., date = ... } "
+            f'or "{UNSET}"',
+        )
+        return None
+    _table(value, key, bad, ("minimum_s", "granularity_s", "source", "date"))
+    missing = [k for k in ("source", "date") if k not in value]
+    if missing:
+        bad(key, f"missing {', '.join(missing)}: billing rules name their source and date")
+        return None
+    minimum = _amount(value.get("minimum_s", 0), f"{key}.minimum_s", bad, zero=True)
+    step = _amount(value.get("granularity_s", 1), f"{key}.granularity_s", bad)
+    source = value["source"]
+    if not isinstance(source, str) or not source.strip() or source == UNSET:
+        bad(f"{key}.source", "must say where the billing rule was read (a URL)")
+        return None
+    when = _date(value["date"], f"{key}.date", bad, today)
+    if minimum is None or step is None or when is None:
+        return None
+    return Billing(float(minimum), float(step), source, when)
+
+
 def parse_prices(value: Any, key: str, bad: Bad, today: date | None = None) -> Prices:
     """The ``prices`` table of a substrate entry: the environment's `vcpus` and `memory_gib`,
-    and each price as ``{ usd, source, date }`` or "unset"."""
+    each price as ``{ usd, source, date }`` or "unset", and its `billing` rule."""
     today = today or datetime.now(UTC).date()
-    table = _table(value, key, bad, (*_SIZE_KEYS, *PRICE_KEYS))
+    table = _table(value, key, bad, (*_SIZE_KEYS, *PRICE_KEYS, "billing"))
     sizes = {k: _amount(table.get(k, UNSET), f"{key}.{k}", bad) for k in _SIZE_KEYS}
     prices = {k: _price(table.get(k, UNSET), f"{key}.{k}", bad, today) for k in PRICE_KEYS}
     for price, size in (("per_vcpu_hour", "vcpus"), ("per_gib_hour", "memory_gib")):
         if prices[price] is not None and sizes[size] is None:
             bad(f"{key}.{size}", f"{price} is set: it needs the environment's {size}")
-    return Prices(**sizes, **prices)
+    billing = _billing(table.get("billing"), f"{key}.billing", bad, today)
+    return Prices(**sizes, **prices, billing=billing)
