@@ -134,7 +134,11 @@ class Composition:
             raise ValueError(f"emulations must be one of {EMULATIONS}, not {emulations!r}")
         self.config = config
         self.config_path = config_path
-        self.database = database if database is not None or config is None else config.database
+        if database is None and config is not None:
+            database = config.database
+        elif database is None and config_path is not None:  # --config without --db
+            database = configuration.database_of(config_path)
+        self.database = database
         self.emulations = emulations
         self.factory = factory
         self._fixture = fixture

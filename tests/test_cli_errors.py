@@ -14,6 +14,7 @@ import pytest
 from polling import DEADLINE_S
 from rtax import cli
 from rtax.assets.attrs import Fixture
+from rtax.core import paths
 
 
 @pytest.fixture(autouse=True)
@@ -338,6 +339,29 @@ def test_probe_a_substrate_named_in_the_configuration(
         runs = store.runs.read()
     assert list(runs["substrate"]) == ["scratch"] and list(runs["status"]) == ["ok"]
     assert roots.is_dir()  # the configured parameter was used
+
+
+def test_probe_without_db_writes_to_the_database_its_configuration_names(
+    tmp_path: Path, capsys, attrs_fixture: Fixture
+) -> None:
+    """`--config` without `--db`: the rollouts go to the file's `database` (relative to the
+    file), not to data/rtax.db, and the summary names that file."""
+    roots = tmp_path / "named-envs"
+    conf = _config_file(
+        tmp_path,
+        'database = "named.db"\n'
+        f'[[substrates]]\nname = "scratch"\nkind = "local"\nparams = {{ root = "{roots}" }}\n',
+    )
+    default = paths.default_db()
+    before = default.stat().st_mtime_ns if default.exists() else None
+    code, out, err = run_main(["probe", "--substrate", "scratch", "--config", str(conf)], capsys)
+    assert code == 0, err
+    from rtax.store.database import Store
+
+    with Store(tmp_path / "named.db", create=False) as store:
+        assert list(store.runs.read()["substrate"]) == ["scratch"]
+    assert str(tmp_path / "named.db") in out + err
+    assert (default.stat().st_mtime_ns if default.exists() else None) == before
 
 
 def test_unknown_and_unstarted_emulated_names_are_one_line_errors(tmp_path: Path, capsys) -> None:

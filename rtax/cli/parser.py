@@ -20,7 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     conf = Parser(add_help=False)  # parents: one declaration of each shared flag
     conf.add_argument("--config", type=Path, help="configuration file (docs/configuration.md)")
     db = Parser(add_help=False)
-    db.add_argument("--db", type=Path, help="database (default data/rtax.db)")
+    db.add_argument(
+        "--db", type=Path, help="database (default: the --config file's, else data/rtax.db)"
+    )
     _rollouts(sub, conf, db)
     _data(sub, db)
     _signals(sub, conf, db)

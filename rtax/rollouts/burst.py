@@ -93,8 +93,9 @@ def burst(
     stop: threading.Event | None = None,
 ) -> BurstResult:
     """Run `plan` on its substrate (configured in `config`, else built in), store every
-    rollout in `db` (default data/rtax.db) linked to one load run, and return it. Mistakes are
-    one-line errors before any slow work. `stop`, once set, ends the run like Ctrl-C."""
+    rollout in `db` (default: the configuration's, else data/rtax.db) linked to one load run,
+    and return it. Mistakes are one-line errors before any slow work. `stop`, once set, ends
+    the run like Ctrl-C."""
     plan.check()
     check_database(db)
     with Composition(config_path=config, database=db, log=log) as composition:
@@ -102,7 +103,9 @@ def burst(
         composition.fixture()
         composition.ready(sub, log or (lambda _: None), t2=plan.tier == "T2")
         result = BurstResult(
-            db if db is not None else paths.default_db(), plan=plan, load_id=uuid.uuid4().hex
+            composition.database if composition.database is not None else paths.default_db(),
+            plan=plan,
+            load_id=uuid.uuid4().hex,
         )
         spool = Spool(result.db, composition.store, on_saved=result.saved)
         with composition.store() as store:

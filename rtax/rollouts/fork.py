@@ -79,10 +79,10 @@ def fork(
     any group runs (`NotSupported`)."""
     plan = LoadPlan(substrate=substrate, tier="T0", shape="burst", n=group).check()
     check_database(db)
-    result = ForkResult(db if db is not None else paths.default_db(), group)
     say = log or (lambda _: None)
     workload = workloads.build("T0")
     with Composition(config_path=config, database=db, log=log) as compose:
+        result = ForkResult(compose.database or paths.default_db(), group)
         conf = compose.entry(substrate)
         opt = compose.probe_options
         subs: dict[str, Substrate] = {

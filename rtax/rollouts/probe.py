@@ -107,7 +107,7 @@ def probe(
         composition.fixture()  # built (once) before the substrate prepares
         composition.ready(sub, log or (lambda _: None), t2=request.tier == "T2")
         result = ProbeResult(
-            request.db if request.db is not None else paths.default_db(),
+            composition.database if composition.database is not None else paths.default_db(),
             substrate=request.substrate,
         )
         spool = Spool(result.db, composition.store, on_saved=result.saved)

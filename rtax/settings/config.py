@@ -192,3 +192,18 @@ def _database(database: Any, base: Path, bad: checks.Bad) -> Path:
         bad("database", "must be a file path (a string)")
         database = "data/rtax.db"
     return Path(database) if Path(database).is_absolute() else base / database
+
+
+def database_of(path: str | os.PathLike[str]) -> Path | None:
+    """The database a configuration file names, read without checking the rest of the file
+    (a command that probes a built-in stays fast, and `rtax config check` reports mistakes);
+    None when the file can't be read or names none."""
+    file = Path(path)
+    try:
+        raw = tomllib.loads(file.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    database = raw.get("database")
+    if not checks.is_text(database):
+        return None
+    return _database(database, file.resolve().parent, lambda *_: None)
