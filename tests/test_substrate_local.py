@@ -74,6 +74,61 @@ def test_leftovers_are_per_name_and_destroy_removes_only_rtax_environments(
     mine.destroy(found, 10)  # already gone: nothing to do
 
 
+def test_a_folder_whose_label_was_lost_is_reaped_once_it_is_old(tmp_path: Path) -> None:
+    """An rtax killed between making a folder and labelling it, or half-way through removing
+    one, leaves ``rtax-<run id>`` with no label (the full fault suite's "local dirs 1"). Once
+    untouched for a minute it is a leftover like any other and the reaper removes it; a fresh
+    one (a create in progress) and a folder not named as rtax names them are left alone."""
+    from datetime import UTC, datetime
+
+    from rtax.substrates import local as local_module
+    from rtax.substrates.reaper import reap
+
+    root = tmp_path / "envs"
+    sub = LocalSubstrate(root=root)
+    env = sub.create("lost-label")
+    (Path(env.env_id) / local_module.LABEL_FILE).unlink()
+    fresh, stranger = root / "rtax-being-made", root / "someone-elses"
+    fresh.mkdir()
+    stranger.mkdir()
+    assert sub.leftovers() == []  # every one was touched just now
+    old = datetime.now(UTC).timestamp() - 2 * local_module.UNLABELLED_AFTER_S
+    for path in (Path(env.env_id), stranger):
+        os.utime(path, (old, old))
+    (found,) = sub.leftovers()
+    assert (found.run_id, found.owner) == ("lost-label", None) and "no label" in found.detail
+    removed = reap([sub], older_than_s=0)
+    assert [o.leftover.run_id for o in removed] == ["lost-label"] and not removed[0].error
+    assert not Path(env.env_id).exists() and fresh.is_dir() and stranger.is_dir()
+
+
+def test_a_removal_stopped_half_way_keeps_the_label_for_the_reaper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The label goes last: whatever stops a removal half-way (here a failing sub-folder
+    removal), the folder still says whose it is, and the next removal finishes it."""
+    from rtax.core.failures import CleanupFailed
+    from rtax.substrates import local as local_module
+
+    template = tmp_path / "template"
+    (template / "sub").mkdir(parents=True)
+    (template / "sub" / "file").write_text("x")
+    sub = LocalSubstrate(root=tmp_path / "envs", template=template)
+    env = sub.create("half-removed")
+
+    def stopped(path: object, *args: object, **kwargs: object) -> None:
+        raise OSError("stopped half-way")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(local_module.shutil, "rmtree", stopped)
+        with pytest.raises(CleanupFailed, match="stopped half-way"):
+            sub.destroy(env, 10)
+    assert (Path(env.env_id) / local_module.LABEL_FILE).is_file()
+    (found,) = sub.leftovers()
+    sub.destroy(found, 10)
+    assert not Path(env.env_id).exists()
+
+
 def test_timeout_kills_the_whole_process_group(local: LocalSubstrate) -> None:
     marker = "314.159"  # a sleep argument no other process uses, outliving the deadline
     hang = Workload(

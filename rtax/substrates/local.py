@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ from rtax.substrates.base import CommandResult, Environment, Leftover, clock
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The label file written into every environment; its presence is what marks a leftover.
 LABEL_FILE = ".rtax-env.json"
+#: How long a folder named as an environment may go without a label before the reaper takes it
+#: for one whose create or removal was killed half-way (`LocalSubstrate.leftovers`).
+UNLABELLED_AFTER_S = 60.0
 #: Every command's environment names its rtax environment here: what `destroy` kills is the
 #: processes that carry it, never a process group id alone (an exited group's id can be reused
 #: by an unrelated process).
@@ -101,7 +105,7 @@ class LocalSubstrate:
             # The label goes in first, so that a copy interrupted half-way is still a leftover
             # that `rtax reap` finds.
             workdir.mkdir()
-            (workdir / LABEL_FILE).write_text(json.dumps(label))
+            _write_label(workdir, label)
             if self.template.is_dir():
                 shutil.copytree(self.template, workdir, symlinks=True, dirs_exist_ok=True)
         except BaseException as exc:
@@ -160,9 +164,9 @@ class LocalSubstrate:
         )
 
     def destroy(self, env: Environment, timeout_s: float) -> None:
-        if env.handle is None:  # found by its label: remove only what is surely ours
+        if env.handle is None:  # found by its label (or its name): remove only what is ours
             workdir = Path(env.env_id)
-            if workdir.parent != self.root or not (workdir / LABEL_FILE).is_file():
+            if workdir.parent != self.root or not _ours(workdir):
                 if not workdir.exists():
                     return
                 raise CleanupFailed(f"{workdir} is not an rtax environment under {self.root}")
@@ -172,7 +176,7 @@ class LocalSubstrate:
         if not _kill_marked(str(workdir), timeout_s):
             raise CleanupFailed(f"processes of {workdir} still start after {timeout_s:.3g} s")
         try:
-            shutil.rmtree(workdir)
+            _remove_label_last(workdir)
         except FileNotFoundError:
             pass  # already gone: verified below
         except OSError as exc:
@@ -189,12 +193,33 @@ class LocalSubstrate:
             try:
                 label = json.loads((child / LABEL_FILE).read_text())
             except (OSError, ValueError):
-                continue  # not ours, or being removed right now
+                unlabelled = self._unlabelled(child)
+                if unlabelled is not None:
+                    found.append(unlabelled)
+                continue  # not ours, or being made or removed right now
             if "run_id" in label:  # written by rtax before the kit's vocabulary
                 label = {f"rtax.{key}": value for key, value in label.items()}
             if label.get(kit.SUBSTRATE, self.name) == self.name:
                 found.append(kit.leftover(str(child), label))
         return found
+
+    def _unlabelled(self, child: Path) -> Leftover | None:
+        """A folder of ours that lost its label, or never got it: named ``rtax-<run id>``
+        under this root, its label unreadable, and untouched for `UNLABELLED_AFTER_S` (a
+        create writes its label within milliseconds, a removal takes the label last). What
+        an rtax process killed at the wrong moment leaves; the reaper judges it by its age."""
+        if not child.name.startswith("rtax-") or not child.is_dir():
+            return None
+        try:
+            changed = child.stat().st_mtime
+        except OSError:
+            return None  # removed meanwhile
+        if time.time() - changed < UNLABELLED_AFTER_S:
+            return None
+        found = {kit.RUN_ID: child.name.removeprefix("rtax-"), kit.SUBSTRATE: self.name}
+        return kit.leftover(
+            str(child), found, created_at=changed, detail="no label: made or removed half-way"
+        )
 
     def prepare(self, log: Callable[[str], None]) -> None:
         if not self.template.is_dir():
@@ -220,6 +245,35 @@ class LocalSubstrate:
             "shell": self.shell,
             "toolchain": self.toolchain_fingerprint(),
         }
+
+
+def _write_label(workdir: Path, label: dict[str, Any]) -> None:
+    """The label written whole or not at all (a temporary file renamed over), so that a kill
+    mid-write leaves no half label the reaper can't read."""
+    part = workdir / f"{LABEL_FILE}.part"
+    part.write_text(json.dumps(label))
+    os.replace(part, workdir / LABEL_FILE)
+
+
+def _remove_label_last(workdir: Path) -> None:
+    """Everything in `workdir` but its label, then the label, then the folder: an rtax killed
+    half-way leaves a folder that still says whose it is, and the reaper removes it."""
+    for child in list(workdir.iterdir()):
+        if child.name == LABEL_FILE:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        (workdir / LABEL_FILE).unlink()
+    workdir.rmdir()
+
+
+def _ours(workdir: Path) -> bool:
+    """Whether a folder found by the reaper is an rtax environment: labelled, or named as
+    rtax names them (its label lost to a kill mid-removal)."""
+    return (workdir / LABEL_FILE).is_file() or workdir.name.startswith("rtax-")
 
 
 def _kill_marked(env_id: str, timeout_s: float) -> bool:
