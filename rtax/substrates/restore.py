@@ -239,8 +239,10 @@ class Restorer(Wrapper):
             taken = self.inner.snapshot(env, str(self.folder / snapshot_id))
             t4 = self.now()
         finally:
-            with contextlib.suppress(SubstrateError):
+            try:
                 self.inner.destroy(env, self.cleanup_timeout_s)
+            except SubstrateError as exc:  # its labels let the reaper find it; said, not hidden
+                log.warning("could not remove snapshot source %s: %s", env.env_id[:12], exc)
         snap = {
             **taken,
             "key": key,

@@ -398,10 +398,12 @@ class DockerSubstrate:
         return env
 
     def forget(self, snap: dict[str, Any]) -> None:
-        """Remove a snapshot's checkpoint files and the image committed for it."""
+        """Remove a snapshot's checkpoint files and the image committed for it; an image the
+        engine refuses to remove is an error (the restore path logs it), one already gone is
+        not."""
         shutil.rmtree(str(snap.get("dir") or ""), ignore_errors=True)
         if snap.get("committed"):
-            with contextlib.suppress(_docker().errors.APIError), self._call_timeout(60):
+            with contextlib.suppress(_docker().errors.NotFound), self._call_timeout(60):
                 self.api.remove_image(str(snap["image"]), force=True)
 
     def pause(self, env: Environment) -> None:
