@@ -192,6 +192,30 @@ def test_a_failed_action_keeps_its_latency_and_stops_the_episode() -> None:
     assert "never" not in sub.calls
 
 
+@pytest.mark.parametrize(
+    ("outcome", "error_class"),
+    [
+        ((0.5, 0, ""), "output_lost"),  # exit 0, nothing at all: the substrate lost it
+        ((0.5, 0, "nope"), "workload_failed"),  # it said something else: the workload's
+        ((0.5, 1, ""), "workload_failed"),  # it failed: the workload's
+    ],
+)
+def test_output_lost_by_the_substrate_is_not_the_workloads_failure(
+    outcome: tuple[float, int, str], error_class: str
+) -> None:
+    """A command that exits 0 with nothing on either stream, where its action expects
+    output, is the substrate losing the output (Docker's exec can: moby/moby#27289), kept
+    and classified as ``output_lost``; any other miss stays ``workload_failed``."""
+    clock = FakeClock()
+    sub = FakeSubstrate(clock, DURATIONS, {"true": (0.125, 0, ""), "echo ok": outcome})
+    workload = Workload("T0", 0, 0, actions=(Action("exec", "echo ok", expect_stdout="ok"),))
+    record = _run(sub, clock, workload)
+    assert record.run["status"] == "failed"
+    assert record.run["error_class"] == error_class
+    assert record.actions[-1]["ok"] == 0 and record.actions[-1]["error_class"] == error_class
+    assert record.actions[-1]["latency_s"] == 0.5  # the raw sample is kept either way
+
+
 def test_a_refused_first_command_is_ready_time_not_overhead() -> None:
     """Two refused attempts (0.25 s each on the fake clock), then success: the ready phase is
     the whole span; each attempt is its own row."""

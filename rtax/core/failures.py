@@ -63,6 +63,14 @@ class ExecError(SubstrateError):
     error_class = "exec_error"
 
 
+class OutputLost(SubstrateError):
+    """A command exited 0 with nothing on either stream where its action expects output: the
+    substrate lost the output (Docker's exec can, moby/moby#27289, docker/docker-py#2042), the
+    workload did not fail. Kept as the substrate's failure, not the workload's."""
+
+    error_class = "output_lost"
+
+
 class CommandTimeout(SubstrateError):
     """The command ran past its timeout and was killed."""
 

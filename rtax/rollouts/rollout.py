@@ -36,6 +36,7 @@ from rtax.core.failures import (
     CleanupFailed,
     DeadlineExceeded,
     HarnessError,
+    OutputLost,
     ReadyTimeout,
     SubstrateError,
     WorkloadFailed,
@@ -58,6 +59,7 @@ from rtax.core.workloads import Action, Workload
 from rtax.substrates.base import (
     READY_COMMAND,
     Claims,
+    CommandResult,
     Environment,
     PreparesLaunch,
     Substrate,
@@ -68,6 +70,20 @@ from rtax.substrates.poll import poll
 
 #: Output kept on a failed action, for the error message; full output is never stored.
 _DETAIL_CHARS = 400
+
+
+def lost_output(action: Action, result: CommandResult) -> bool:
+    """Whether a failed check is the substrate losing the output, not the workload failing:
+    the command exited 0, the action expects output, and nothing at all came back on either
+    stream (a command that breaks says so on stderr or in its exit code)."""
+    return (
+        result.exit_code == 0
+        and bool(action.expect_stdout)
+        and not result.stdout
+        and not result.stderr
+        and not result.stdout_bytes
+        and not result.stderr_bytes
+    )
 
 
 def _size(text: str, reported: int | None) -> int:
@@ -169,6 +185,12 @@ class _Rollout:
         )
         problem = action.check(result.exit_code, result.stdout)
         row["ok"] = int(problem is None)
+        if problem is not None and lost_output(action, result):
+            row.update(error_class=OutputLost.error_class, detail=problem)
+            raise OutputLost(
+                f"{phase} {index} ({action.category}): exited 0 with no output at all where "
+                f"{action.expect_stdout!r} was expected: the substrate lost it"
+            )
         if problem is not None:
             row["error_class"] = getattr(action.failure, "error_class", WorkloadFailed.error_class)
             tail = (result.stderr or result.stdout)[-_DETAIL_CHARS:]
