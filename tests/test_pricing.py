@@ -227,3 +227,15 @@ def test_the_billing_rule_is_read_dated_and_sourced(tmp_path: Path) -> None:
 def test_a_bad_billing_rule_is_refused(tmp_path: Path, billing: str, says: str) -> None:
     with pytest.raises(config.ConfigError, match=re.escape(says)):
         _conf(tmp_path, ENTRY + f"[substrates.prices]\nbilling = {billing}\n")
+
+
+def test_the_price_tables_billing_rule_is_the_default() -> None:
+    """Without a rule given, the price table's own (`prices.billing`) rounds each attempt."""
+    read = date(2026, 5, 1)
+    prices = Prices(
+        per_instance_hour=Price(3.6, "https://example.test/prices", read),
+        billing=pricing.Billing(60.0, 1.0, "https://example.test/billing", read),
+    )
+    got = pricing.per_successful_rollout([10.0], [], prices)
+    assert got.rounding_s == pytest.approx(50.0) and got.billed_s == pytest.approx(60.0)
+    assert got.worker_s == pytest.approx(10.0)  # a worker waits the lifetime, not the bill

@@ -233,8 +233,6 @@ class PerSuccess:
     leaked_s: float
     #: the warm pool's ready, unclaimed environments
     idle_pool_s: float
-    #: worker-seconds: the attempts' lifetimes (what a worker waits for)
-    worker_s: float
     #: dollars at the configured prices (hourly x billed hours + per request x attempts)
     usd: float
     #: today's figure for comparison: mean lifetime of one rollout x the hourly price, no
@@ -245,6 +243,12 @@ class PerSuccess:
     def billed_s(self) -> float:
         return self.lived_s + self.rounding_s + self.leaked_s + self.idle_pool_s
 
+    @property
+    def worker_s(self) -> float:
+        """Worker-seconds: a worker waits for each attempt's whole lifetime, no more (billing
+        rounds, leaks and the pool cost dollars, not a worker's time)."""
+        return self.lived_s
+
 
 def per_successful_rollout(
     ok_lifetimes_s: list[float] | tuple[float, ...],
@@ -252,14 +256,15 @@ def per_successful_rollout(
     prices: Prices,
     *,
     retries: int = 0,
-    billing: Billing = Billing(),
+    billing: Billing | None = None,
     leaked_s_per_attempt: float = 0.0,
     pool_size: int = 0,
     pool_idle_s: float = 0.0,
     rollouts: int = 1,
 ) -> PerSuccess:
     """What a successful rollout costs from measured attempts: each attempt (a success with
-    its measured lifetime, a failure with its own) billed as `billing` rounds it; a failed
+    its measured lifetime, a failure with its own) billed as `billing` (else the price
+    table's `prices.billing`, else per second) rounds it; a failed
     attempt retried up to `retries` times, so a rollout takes 1 + f + ... + f^retries attempts
     (f the failure rate) and succeeds with 1 - f^(retries + 1); the seconds environments ran
     on past their rollout (`leaked_s_per_attempt`, as the reaper found them) and a pool of
@@ -271,6 +276,7 @@ def per_successful_rollout(
         raise ValueError("retries, the pool and its idle time must be >= 0; rollouts >= 1")
     if leaked_s_per_attempt < 0:
         raise ValueError("leaked seconds must be >= 0")
+    rule = billing or prices.billing or Billing()  # the price table's, unless given
     ok, failed = list(ok_lifetimes_s), list(failed_lifetimes_s)
     fail = len(failed) / (len(ok) + len(failed))
     attempts = sum(fail**i for i in range(retries + 1))
@@ -281,8 +287,8 @@ def per_successful_rollout(
         return sum(values) / len(values) if values else 0.0
 
     lived = (1 - fail) * mean(ok) + fail * mean(failed)
-    billed = (1 - fail) * mean([billing.billed_s(t) for t in ok]) + fail * mean(
-        [billing.billed_s(t) for t in failed]
+    billed = (1 - fail) * mean([rule.billed_s(t) for t in ok]) + fail * mean(
+        [rule.billed_s(t) for t in failed]
     )
     idle = pool_size * pool_idle_s / (rollouts * succeeds)
     env_s = per_success * billed + per_success * leaked_s_per_attempt + idle
@@ -299,7 +305,6 @@ def per_successful_rollout(
         rounding_s=per_success * (billed - lived),
         leaked_s=per_success * leaked_s_per_attempt,
         idle_pool_s=idle,
-        worker_s=per_success * lived,
         usd=usd,
         naive_usd=naive,
     )
