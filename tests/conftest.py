@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import engine
 from rtax.assets import attrs
 from rtax.assets.attrs import Fixture, GitServer
 from rtax.core.workloads import RepoSource
@@ -122,6 +123,10 @@ def docker_repo_source(attrs_fixture: Fixture, docker_git_server: GitServer) -> 
     return _source(attrs_fixture, docker_git_server)
 
 
+#: rtax containers and images an earlier run left on the engine (reported, never counted here).
+_earlier: set[str] = set()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_containers() -> Iterator[None]:
     """After the whole suite, no container labelled rtax that this run made may be left.
@@ -133,9 +138,11 @@ def no_leaked_containers() -> Iterator[None]:
     before = (
         {c["Id"] for c in api.containers(all=True, filters={"label": "rtax"})} if api else set()
     )
+    earlier = engine.remember() if api else set()
     yield
     if api is None:
         return
+    _earlier.update(earlier)  # not this run's to judge or remove (tests/engine.py): said once
     host = kit.owner_host()
     leaked = []
     for c in api.containers(all=True, filters={"label": "rtax"}):
@@ -197,10 +204,17 @@ def pytest_deselected(items):  # type: ignore[no-untyped-def]
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     from contract import coverage_problems
 
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if _earlier and reporter is not None:
+        reporter.write_line(
+            f"note: {len(_earlier)} rtax containers/images from an earlier run were on the engine "
+            "when the suite started; not counted as this run's leaks, left in place "
+            "(`rtax reap` removes them once their owner is gone or they expire)",
+            yellow=True,
+        )
     required = [k for k in os.environ.get("RTAX_REQUIRE_CONTRACT", "").split(",") if k]
     problems = coverage_problems(required, _contract_outcomes, _contract_deselected)
     if problems:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_sep("=", "contract coverage (RTAX_REQUIRE_CONTRACT)", red=True)
             for line in problems:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import engine
 from contract import SubstrateContract, assert_phases_add_up
 from polling import deadline_s
 from rtax.assets.attrs import Fixture
@@ -54,27 +55,12 @@ def _docker(gvisor: bool, mode: str = "exec") -> DockerSubstrate:
 def _left() -> str:
     """This test's containers and committed snapshot images still on the engine (a committed
     image keeps its container's labels: only this test's are counted, so a scheduler
-    restoring on the same engine meanwhile is not a leak of this test's)."""
-    containers = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={kit.SUBSTRATE}={NAME}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    images = subprocess.run(
-        [
-            "docker",
-            "images",
-            "-q",
-            "--filter",
-            f"label={kit.SUBSTRATE}={NAME}",
-            SNAPSHOT_REPOSITORY,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return containers + images
+    restoring on the same engine meanwhile is not a leak of this test's, and neither is what
+    an earlier, killed run left: tests/engine.py)."""
+    mine = f"label={kit.SUBSTRATE}={NAME}"
+    return engine.new("ps", "-aq", "--filter", mine) + engine.new(
+        "images", "-q", "--filter", mine, SNAPSHOT_REPOSITORY
+    )
 
 
 @contextlib.contextmanager
@@ -287,13 +273,7 @@ def test_rtax_fork_compares_a_group_restored_from_one_snapshot_with_cold_and_war
     by_load = runs.merge(loads[["load_id", "launch_type"]], on="load_id", suffixes=("", "_load"))
     assert (by_load["launch_type"] == by_load["launch_type_load"]).all()
     assert len(snapshots) == 1 and snapshots.iloc[0]["tier"] == "T0"
-    left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={kit.SUBSTRATE}=docker"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert left == ""
+    assert engine.new("ps", "-aq", "--filter", f"label={kit.SUBSTRATE}=docker") == ""
 
 
 def test_the_docs_table_of_kinds_and_paths_is_what_each_kind_implements() -> None:
