@@ -207,9 +207,9 @@ def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if _earlier and reporter is not None:
         reporter.write_line(
-            f"note: {len(_earlier)} rtax containers/images from an earlier run were on the engine "
-            "when the suite started; not counted as this run's leaks, left in place "
-            "(`rtax reap` removes them once their owner is gone or they expire)",
+            f"note: {len(_earlier)} rtax containers/images were on the engine when the suite "
+            "started (an earlier run's, or a live probe's): not counted as this run's leaks and "
+            "left in place (`rtax reap` removes them once their owner is gone or they expire)",
             yellow=True,
         )
     required = [k for k in os.environ.get("RTAX_REQUIRE_CONTRACT", "").split(",") if k]
