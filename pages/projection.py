@@ -21,6 +21,10 @@ from rtax.dashboard import (
 from rtax.planning import poolmodel, projection, published, steptime
 from rtax.substrates.base import FIDELITIES
 
+#: One fit per sample and failure policy (the costly part); every B, G and x is then read from
+#: it in milliseconds (rtax.planning.steptime).
+_fit = st.cache_data(max_entries=16, show_spinner=False)(steptime.fit)
+
 st.title("Projection")
 chosen = filters.current()
 rows = data.summary(data.database(), chosen.key, ("episode_s",))
@@ -281,15 +285,16 @@ else:
         format_func=lambda w: workload_name(*w),
         **urlstate.bound("proj_step_workload"),
     )
-    durations = fleet.samples(sample, "episode_s", tier=tier, steps=length)
-    step_series = s2.selectbox("Of", list(durations), **urlstate.bound("proj_step_series"))
+    measured = fleet.outcomes(sample, "episode_s", tier=tier, steps=length)
+    step_series = s2.selectbox("Of", list(measured), **urlstate.bound("proj_step_series"))
     batch = s3.number_input(
         "Prompts per step (B)", 1, 100_000, 32, **urlstate.bound("proj_step_batch")
     )
     group = s4.number_input(
         "Samples per prompt (G)", 1, 1_000, 8, **urlstate.bound("proj_step_group")
     )
-    oversample = st.number_input(
+    o1, o2, o3 = st.columns(3)
+    oversample = o1.number_input(
         "Over-sampling x (launch B·G·(1 + x), keep the first B·G)",
         0.0,
         10.0,
@@ -297,28 +302,47 @@ else:
         0.05,
         **urlstate.bound("proj_step_oversample"),
     )
-    step = steptime.step_time(durations[step_series], int(batch), int(group), oversample=oversample)
-    n1, n2, n3 = st.columns(3)
-    interval = f"{format.duration(step.low_s)}–{format.duration(step.high_s)}"
-    n1.metric(
-        "Expected step time (E[max])",
-        format.duration(step.expected_s),
-        help=f"{step.confidence:.0%} bootstrap interval {interval}",
+    retry = o2.selectbox(
+        "A failed rollout",
+        (False, True),
+        format_func=lambda r: "is retried once" if r else "holds the step to its deadline",
+        **urlstate.bound("proj_step_retry"),
     )
+    deadline = o3.number_input(
+        "Rollout deadline (s)",
+        1.0,
+        86_400.0,
+        data.rollout_deadline_s(),
+        60.0,
+        **urlstate.bound("proj_step_deadline"),
+    )
+    ok, failed = measured[step_series]
+    fitted = _fit(ok, failed, deadline_s=float(deadline), retry=bool(retry))
+    step = steptime.step_time(fitted, int(batch), int(group), oversample=oversample)
+    n1, n2, n3 = st.columns(3)
+    measured_from = (
+        f"from n = {step.n:,} successful and {step.failures:,} failed rollouts of {step_series}"
+    )
+    if step.low_s is None:
+        about = f"extrapolated: {step.extrapolated}"
+    else:
+        about = (
+            f"{step.confidence:.0%} interval {format.duration(step.low_s)}–"
+            f"{format.duration(step.high_s)} (bootstrap over the tail fit)"
+        )
+    n1.metric(f"Expected step time, {step.statistic}", format.duration(step.expected_s), help=about)
     n2.metric("Naive: the mean rollout", format.duration(step.mean_s))
     n3.metric("Launched per step", f"{step.launched:,}", help=f"keeps {step.rollouts:,}")
     st.caption(
-        f"{step.confidence:.0%} interval {interval}, from n={step.n} "
-        f"measured rollouts of {step_series}; a step of B·G = {step.rollouts:,} waits for the "
-        "slowest, so the tail, not the median, sets it."
+        f"{about}; {measured_from}. A step of B·G = {step.rollouts:,} waits for the slowest "
+        "(with over-sampling, for the B·G-th to finish), so the tail, not the median, sets it; "
+        "a failed rollout holds it to the deadline or, retried, costs a second rollout."
     )
-    if step.rollouts > step.n:
-        st.warning(
-            f"B·G = {step.rollouts:,} exceeds the n = {step.n} measured rollouts: the estimate "
-            "cannot exceed the slowest one measured and understates a tail not yet seen."
-        )
+    if step.low_s is None:
+        st.warning(f"Extrapolated, no interval: {step.extrapolated}.")
 
 st.subheader("Limits, prices and dollars")
+leak_default_min = data.leak_runs_on_s() / 60
 PLAN_METRICS = ("wall_s", "actions_s", "time_to_first_command_s")
 substrates = data.configured_substrates()
 if not fleet.configured(substrates):
@@ -347,8 +371,52 @@ else:
         style.table(plan, snapshot="projection-plan")
         st.caption(
             f"{int(trajectories):,} trajectories of {int(steps)} actions on {int(workers):,} "
-            "workers, a warm pool of the size above. Floor: the slowest of the create rate, the "
+            f"workers, a warm pool of {int(pool_size) if cold else 0:,} (the pool size above; 0 "
+            "without measured cold starts). Floor: the slowest of the create rate, the "
             "concurrency limit and the workers. Billed: create request to verified deletion per "
             "rollout (mean wall) plus the pool's idle environments; useful: the actions. "
             "Dollars count only the prices set (`prices_unset` lists the others)."
+        )
+
+    st.subheader("Dollars per successful rollout")
+    r1, r2, r3 = st.columns(3)
+    retries = r1.number_input(
+        "Retries of a failed rollout", 0, 10, 1, **urlstate.bound("proj_cost_retries")
+    )
+    idle_h = r2.number_input(
+        "Pool idle (hours each)", 0.0, 8_760.0, 0.0, 0.5, **urlstate.bound("proj_cost_idle_h")
+    )
+    leak_min = r3.number_input(
+        "A leaked environment runs on (min)",
+        0.0,
+        10_080.0,
+        leak_default_min,
+        5.0,
+        help="until the reaper removes it: a live owner's leftover goes when it expires "
+        "(the rollout's deadline plus a grace), found at the next reap",
+        **urlstate.bound("proj_cost_leak_min"),
+    )
+    costs = fleet.per_success(
+        fleet.on_path(runs, path),
+        substrates,
+        steps=int(steps),
+        retries=int(retries),
+        pool_size=int(pool_size) if cold else 0,
+        pool_idle_s=idle_h * 3600,
+        leak_runs_on_s=leak_min * 60,
+        rollouts=int(trajectories),
+    )
+    if costs.empty:
+        st.info(f"No substrate with prices has runs of {int(steps)} actions.")
+    else:
+        style.table(costs, snapshot="projection-per-success")
+        st.caption(
+            "Per successful rollout, from the raw attempts of the window: the measured success "
+            f"rate with up to {int(retries)} retries (attempts per success), each attempt's "
+            "lifetime rounded by the provider's billing rule, environments whose cleanup failed "
+            f"running on {leak_min:g} min, and a pool of {int(pool_size) if cold else 0:,} idle "
+            f"{idle_h:g} h each spread over {int(trajectories):,} rollouts. "
+            "`usd_per_million_env_hour` is the figure above (mean successful lifetime x the "
+            "hourly price); `difference` is what failures, retries, billing, leaks and the pool "
+            "add to it. Worker-hours count each attempt's lifetime only."
         )

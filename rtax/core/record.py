@@ -139,7 +139,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     ),
     Field("n_actions", int, "actions in the workload", page=True),
     Field("n_actions_done", int, "actions completed", page=True),
-    Field("cleanup_ok", int, "1 cleanup verified, 0 failed, NULL nothing to clean"),
+    Field("cleanup_ok", int, "1 cleanup verified, 0 failed, NULL nothing to clean", page=True),
     Field("milestones", str, "substrate-native milestones, JSON [{name, t_s from create/claim}]"),
     Field("host", str, "the host the probe ran on"),
     Field("rtax_version", str, "the rtax that measured it"),

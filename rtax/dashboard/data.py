@@ -56,6 +56,36 @@ def configured_substrates() -> dict[str, Any]:
     return _configured_substrates()
 
 
+def rollout_deadline_s() -> float:
+    """The rollouts' deadline as the configuration's scheduler table sets it (its default
+    without a valid file): what a failed rollout holds a synchronous step to, by default."""
+    return _scheduler()[0]
+
+
+def leak_runs_on_s() -> float:
+    """How long an environment whose cleanup failed runs on past its rollout before the
+    scheduler's reaper removes it: a live owner's leftover goes once it expires (the rollout's
+    deadline plus `kit.EXPIRY_GRACE_S`), found at the next reap, half an interval later on
+    average."""
+    from rtax.substrates import kit
+
+    deadline, interval = _scheduler()
+    return deadline + kit.EXPIRY_GRACE_S + interval / 2
+
+
+def _scheduler() -> tuple[float, float]:
+    """(deadline, reap interval) in seconds: the configuration's, else the defaults."""
+    from rtax.settings import config
+    from rtax.settings.scheduler import parse_scheduler
+
+    try:
+        conf = config.load()
+        return conf.deadline_s, conf.reap_interval_s
+    except config.ConfigError:  # an invalid file: the scheduler's defaults
+        defaults = parse_scheduler({}, lambda *_: None)
+        return defaults.deadline_s, defaults.reap_interval_s
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def spend_today(db: str) -> pd.DataFrame:
     """Today's (UTC) rollouts and environment-minutes per substrate beside the configured

@@ -67,6 +67,27 @@ def samples(runs: pd.DataFrame, metric: str, **where: Any) -> dict[str, np.ndarr
     return dict(sorted(found.items(), key=lambda kv: -kv[1].size))
 
 
+def outcomes(
+    runs: pd.DataFrame, metric: str, **where: Any
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per series (matching `where`), the finite `metric` of its successful runs and that of
+    its failed ones (NaN where a failure never got that far): what a step waits for, the
+    failures included (`rtax.planning.steptime.waits`). Series with a success, largest first."""
+    if runs.empty:
+        return {}
+    at = runs
+    for column, value in where.items():
+        at = at[at[column] == value]
+    ok = samples(at, metric)
+    failed = at[at["status"] != "ok"]
+    found = {}
+    for name, values in ok.items():
+        of = failed[failed["series"] == name]
+        times = pd.to_numeric(of[metric], errors="coerce").to_numpy(dtype=float)
+        found[name] = (values, times)
+    return found
+
+
 def workloads(runs: pd.DataFrame) -> list[tuple[str, int]]:
     """(tier, steps) of the successful runs, trajectories first (the step-time section's
     choices: an RL rollout is a trajectory)."""
@@ -149,3 +170,84 @@ def configured(substrates: Mapping[str, Any]) -> list[str]:
         for name, conf in substrates.items()
         if conf.limits != pricing.Limits() or conf.prices.configured()
     ]
+
+
+#: The columns of `per_success`.
+SUCCESS_COLUMNS = (
+    "series",
+    "fidelity",
+    "attempts",
+    "success_rate",
+    "attempts_per_success",
+    "lived_s",
+    "rounding_s",
+    "leaked_s",
+    "idle_pool_s",
+    "usd_per_million_successful",
+    "worker_hours_per_million_successful",
+    "usd_per_million_env_hour",
+    "difference",
+    "billing",
+)
+
+
+def per_success(
+    runs: pd.DataFrame,
+    substrates: Mapping[str, Any],
+    *,
+    steps: int,
+    retries: int,
+    pool_size: int,
+    pool_idle_s: float,
+    leak_runs_on_s: float,
+    rollouts: int,
+) -> pd.DataFrame:
+    """Per series at `steps` actions whose substrate has prices: dollars and worker-hours per
+    1 M **successful** rollouts from its raw attempts (`rtax.planning.pricing.
+    per_successful_rollout`): lifetimes (wall, create request to verified deletion) of the
+    successes and of the failures the substrate answers for (`stats.attempts`), retried up to
+    `retries` times; attempts whose cleanup failed ran on `leak_runs_on_s` until the reaper
+    found them; a pool of `pool_size` idle `pool_idle_s` each over `rollouts`. Beside it, the
+    environment-hour figure (mean successful lifetime x the hourly price) and how far apart."""
+    at = stats.attempts(runs[runs["steps"] == steps]) if not runs.empty else runs
+    out = []
+    for (name, substrate), group in at.groupby(["series", "substrate"]) if not at.empty else ():
+        conf = substrates.get(substrate)
+        if conf is None or not conf.prices.configured():
+            continue
+        wall = pd.to_numeric(group["wall_s"], errors="coerce")
+        done = group["status"] == "ok"
+        ok, failed = wall[done].dropna().tolist(), wall[~done].fillna(0.0).tolist()
+        if not ok:
+            continue
+        leaked = float((pd.to_numeric(group["cleanup_ok"], errors="coerce") == 0).mean())
+        cost = pricing.per_successful_rollout(
+            ok,
+            failed,
+            conf.prices,
+            retries=retries,
+            leaked_s_per_attempt=leaked * leak_runs_on_s,
+            pool_size=pool_size,
+            pool_idle_s=pool_idle_s,
+            rollouts=rollouts,
+        )
+        rule = conf.prices.billing or pricing.Billing()
+        out.append(
+            {
+                "series": name,
+                "fidelity": group["fidelity"].iloc[0],
+                "attempts": len(group),
+                "success_rate": cost.success_rate,
+                "attempts_per_success": cost.attempts_per_success,
+                "lived_s": cost.lived_s,
+                "rounding_s": cost.rounding_s,
+                "leaked_s": cost.leaked_s,
+                "idle_pool_s": cost.idle_pool_s,
+                "usd_per_million_successful": cost.usd * 1e6,
+                "worker_hours_per_million_successful": cost.worker_s * 1e6 / 3600,
+                "usd_per_million_env_hour": cost.naive_usd * 1e6,
+                "difference": cost.usd / cost.naive_usd - 1 if cost.naive_usd else math.nan,
+                "billing": rule.describe(),
+            }
+        )
+    return pd.DataFrame(out, columns=list(SUCCESS_COLUMNS))

@@ -65,6 +65,19 @@ class Billing:
         steps = math.ceil(round(lifetime_s / self.granularity_s, 9))
         return max(self.minimum_s, steps * self.granularity_s)
 
+    def describe(self) -> str:
+        """The rule in words, with where it came from: "60 s minimum, then per 1 s (source,
+        2026-01-01)"; "per 1 s, no minimum (assumed)" where no source is written down."""
+        rule = f"per {self.granularity_s:g} s"
+        rule = (
+            f"{self.minimum_s:g} s minimum, then {rule}"
+            if self.minimum_s
+            else f"{rule}, no minimum"
+        )
+        if self.source is None:
+            return f"{rule} (assumed: not in the price table)"
+        return f"{rule} ({self.source}{f', {self.date}' if self.date else ''})"
+
 
 @dataclass(frozen=True)
 class Prices:
