@@ -640,6 +640,13 @@ def _metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
+def _inputs(at: AppTest, **values: float) -> None:
+    """Set the page's number inputs by key, then run it once."""
+    for key, value in values.items():
+        at.number_input(key=key).set_value(value)
+    at.run()
+
+
 def _frame(at: AppTest, column: str) -> pd.DataFrame:
     """The page's table that has `column` (the Projection shows several)."""
     return next(d.value for d in at.dataframe if column in d.value.columns)
@@ -709,10 +716,7 @@ def test_projection_turns_limits_and_prices_into_floor_billed_and_dollars(
     )
     monkeypatch.setenv("RTAX_CONFIG", str(conf))
     at = _app(_fleet_db(tmp_path), monkeypatch, "pages/projection.py")
-    at.number_input(key="proj_trajectories").set_value(1_000)
-    at.number_input(key="proj_steps").set_value(10)
-    at.number_input(key="proj_workers").set_value(10)
-    at.number_input(key="proj_pool_size").set_value(0).run()
+    _inputs(at, proj_trajectories=1_000, proj_steps=10, proj_workers=10, proj_pool_size=0)
     _ok(at, "Projection")
     row = _frame(at, "binding").iloc[0]
     assert (row["series"], row["n"], row["binding"]) == ("docker", 2, "workers")
@@ -801,11 +805,14 @@ def test_projection_prices_a_successful_rollout_with_failures_retries_billing_an
                 )
             )
     at = _app(db, monkeypatch, "pages/projection.py")
-    at.number_input(key="proj_trajectories").set_value(1_000)
-    at.number_input(key="proj_steps").set_value(10)
-    at.number_input(key="proj_cost_retries").set_value(1)
-    at.number_input(key="proj_cost_idle_h").set_value(1.0)
-    at.number_input(key="proj_pool_size").set_value(10).run()
+    _inputs(
+        at,
+        proj_trajectories=1_000,
+        proj_steps=10,
+        proj_cost_retries=1,
+        proj_cost_idle_h=1.0,
+        proj_pool_size=10,
+    )
     _ok(at, "Projection")
     row = _frame(at, "usd_per_million_successful").iloc[0]
     assert (row["series"], row["attempts"]) == ("docker", 10)
