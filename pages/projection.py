@@ -216,8 +216,12 @@ else:
         max_value=10_000,
         where=p2,
     )
+    # The real pool accepts 1 <= refills <= size (rtax.settings.pool): so does the model.
+    most = max(1, int(pool_size))
+    if int(st.session_state.get("proj_pool_refill", 1)) > most:
+        st.session_state["proj_pool_refill"] = most
     refill = p3.number_input(
-        "Refill concurrency", 1, 10_000, 4, **urlstate.bound("proj_pool_refill")
+        "Refill concurrency", 1, most, min(4, most), **urlstate.bound("proj_pool_refill")
     )
     q1, q2, q3, q4 = st.columns(4)
     shape = q1.selectbox(
@@ -236,6 +240,9 @@ else:
     claim_ms = q4.number_input(
         "Claim cost (ms)", 0.0, 60_000.0, 0.0, **urlstate.bound("proj_pool_claim_ms")
     )
+if cold and int(pool_size) == 0:
+    st.info("Pool size 0: no pool; every rollout makes its own environment (a cold start).")
+elif cold:
     pool = poolmodel.simulate(
         cold[pool_series],
         poolmodel.arrivals(shape, int(claims), every_ms / 1000),
@@ -270,7 +277,10 @@ else:
         f"{format.duration(stats.percentile(cold[pool_series], 50))}; "
         f"{pool.n:,} simulated claims (200 seeded repeats). A pool refills with cold starts "
         "whichever launch path is chosen above. A claim that finds the pool empty "
-        "waits, first come first served, for the next environment to become ready."
+        "waits, first come first served, for the next environment to become ready; a slot's "
+        "refill is asked for when its claim is served, as in the real pool. These are quiet "
+        "cold starts: under a burst on a busy machine refills run slower, so a burst's waits "
+        "can be longer than predicted (docs/measurement.md#warm-pool-model)."
     )
 
 st.subheader("Tail-aware step time")

@@ -672,6 +672,16 @@ def test_projection_sizes_a_warm_pool_from_the_measured_cold_starts(
     assert any("n=7 measured cold starts" in c.value for c in at.caption)
     at.number_input(key="proj_pool_size").set_value(5).run()  # a pool as large as the burst
     assert _metric(at, "Chance the pool drains") == "0%"
+    # the real pool's bounds: refills at most its size; 0 is no pool, not a model input
+    at.number_input(key="proj_pool_refill").set_value(5).run()
+    at.number_input(key="proj_pool_size").set_value(2).run()
+    _ok(at, "Projection")
+    refill = at.number_input(key="proj_pool_refill")
+    assert refill.proto.max == 2 and refill.value == 2
+    at.number_input(key="proj_pool_size").set_value(0).run()
+    _ok(at, "Projection")
+    assert any("Pool size 0: no pool" in i.value for i in at.info)
+    assert not any(m.label == "Claim p50" for m in at.metric)
 
 
 def test_projection_step_time_is_the_expected_max_beside_the_mean(

@@ -38,11 +38,15 @@ def test_percentiles_pool_every_repeat() -> None:
     assert got.n == 1_000 and got.mean_wait_s == pytest.approx(1.2)
 
 
-def test_many_refills_at_once_make_each_excess_claim_wait_one_cold_start() -> None:
-    got = simulate([1.0], arrivals("burst", 5), 2, 10, repeats=1)
-    assert got.mean_wait_s == pytest.approx(3 / 5)  # [0, 0, 1, 1, 1]
-    assert (got.p50_s, got.p99_s) == (1.0, 1.0)
-    assert list(waits([1.0] * 5, [0.0] * 5, 2, 3)) == [0, 0, 1, 1, 1]  # R = N - K is enough
+def test_a_refill_is_asked_for_when_a_claim_is_served_as_in_the_real_pool() -> None:
+    """Cold time 1 s, 2 ready, 5 claims at once, R = 2 (= K, the most the real pool takes):
+    claims 1-2 take the ready ones at 0 and their refills end at 1; claims 3-4 take those at 1
+    and only then ask for theirs, which end at 2: claim 5 waits 2 s, not 1 s (the pool never
+    holds more than K, so a waiting claim's refill can't start before it is served)."""
+    got = simulate([1.0], arrivals("burst", 5), 2, 2, repeats=1)
+    assert got.mean_wait_s == pytest.approx(4 / 5)  # [0, 0, 1, 1, 2]
+    assert list(waits([1.0] * 5, [0.0] * 5, 2, 2)) == [0, 0, 1, 1, 2]
+    assert list(waits([1.0] * 7, [0.0] * 7, 3, 3)) == [0, 0, 0, 1, 1, 1, 2]
 
 
 def test_a_pool_large_enough_never_waits_and_costs_only_the_claim() -> None:
@@ -54,10 +58,11 @@ def test_a_pool_large_enough_never_waits_and_costs_only_the_claim() -> None:
 def test_staggered_claims_faster_than_the_refills() -> None:
     """1 ready, cold 1.5 s, a claim every 1 s. R = 1: refill k starts when refill k-1 ends, so
     claim k gets its environment at 1.5 k and waits 0.5 k. R = 2: each refill starts at its
-    claim, so every claim after the first waits 0.5 s."""
+    claim served, so with 2 ready no claim waits: the refills of claims 1 and 2 (at 0 and 1)
+    are ready at 1.5 and 2.5, before claims 3 and 4 arrive."""
     times = arrivals("staggered", 4, 1.0)
     assert list(waits([1.5] * 4, times, 1, 1)) == pytest.approx([0.0, 0.5, 1.0, 1.5])
-    assert list(waits([1.5] * 4, times, 1, 2)) == pytest.approx([0.0, 0.5, 0.5, 0.5])
+    assert list(waits([1.5] * 4, times, 2, 2)) == pytest.approx([0.0, 0.0, 0.0, 0.0])
 
 
 def test_sequential_claims_wait_only_when_a_refill_outlasts_a_rollout() -> None:
@@ -67,22 +72,24 @@ def test_sequential_claims_wait_only_when_a_refill_outlasts_a_rollout() -> None:
     assert slow.mean_wait_s == pytest.approx((0 + 1 + 2) / 3)
 
 
-def test_an_empty_pool_with_free_refills_waits_the_cold_distribution() -> None:
-    """No pool and a refill per claim at once: the claims' waits are the cold draws themselves
-    (claim i gets the i-th to finish), so their pooled distribution is the measured one."""
-    cold = [1.0, 2.0, 3.0, 4.0]
-    got = simulate(cold, arrivals("burst", 4), 0, 4, repeats=4_000, seed=3)
-    assert got.mean_wait_s == pytest.approx(2.5, rel=0.02)
-    assert got.p50_s == pytest.approx(np.percentile(cold, 50), abs=0.5)
+def test_claims_beyond_a_drained_pool_take_whichever_refill_is_ready_first() -> None:
+    """4 ready, 4 refills at once, 8 claims at once, cold times 3, 1, 4, 2, 3, 1, 4, 2 in the
+    order the claims are served. Claims 1-4 take the ready four at 0; their refills end at 3,
+    1, 4, 2. Claim 5 takes the one at 1 and asks for a refill (1 + 3 = 4); claim 6 takes the
+    one at 2 and asks (2 + 1 = 3); claim 7 takes the first at 3 and claim 8 the second at 3,
+    one of them claim 6's own refill, faster than claim 3's."""
+    cold = [3.0, 1.0, 4.0, 2.0] * 2
+    assert list(waits(cold, [0.0] * 8, 4, 4)) == [0, 0, 0, 0, 1, 2, 3, 3]
+    got = simulate([1.0, 2.0, 3.0, 4.0], arrivals("burst", 8), 4, 4, repeats=500, seed=3)
     assert got.p99_s == 4.0 and got.drain_probability == 1.0
 
 
 def test_one_refill_at_a_time_queues_exponential_cold_starts() -> None:
-    """No pool, R = 1, a burst of 4, cold ~ Exponential(1): claim k waits the sum of k cold
-    times, E = k; the mean over claims is (1 + 2 + 3 + 4) / 4 = 2.5."""
+    """1 ready, R = 1, a burst of 5, cold ~ Exponential(1): claim k + 1 waits the sum of k cold
+    times, E = k; the mean over claims is (0 + 1 + 2 + 3 + 4) / 5 = 2."""
     cold = np.random.default_rng(7).exponential(1.0, 20_000)
-    got = simulate(cold, arrivals("burst", 4), 0, 1, repeats=4_000, seed=1)
-    assert got.mean_wait_s == pytest.approx(2.5, rel=0.03)
+    got = simulate(cold, arrivals("burst", 5), 1, 1, repeats=4_000, seed=1)
+    assert got.mean_wait_s == pytest.approx(2.0, rel=0.03)
 
 
 def test_measured_claim_costs_are_resampled() -> None:
@@ -102,7 +109,7 @@ def test_seeded_and_order_free() -> None:
 def test_a_bigger_pool_never_waits_longer() -> None:
     cold = list(np.random.default_rng(2).lognormal(0.0, 0.5, 200))
     times = arrivals("burst", 30)
-    means = [simulate(cold, times, k, 2, repeats=50).mean_wait_s for k in (0, 5, 10, 20, 30)]
+    means = [simulate(cold, times, k, 2, repeats=50).mean_wait_s for k in (2, 5, 10, 20, 30)]
     assert means == sorted(means, reverse=True) and means[-1] == 0.0
 
 
@@ -113,7 +120,9 @@ def test_a_bigger_pool_never_waits_longer() -> None:
         {"cold_s": [-1.0]},
         {"arrivals_s": []},
         {"pool_size": -1},
+        {"pool_size": 0},
         {"refill_concurrency": 0},
+        {"refill_concurrency": 2},  # more than the pool of 1: the real pool refuses it too
         {"repeats": 0},
         {"claim_s": [float("nan")]},
     ],
@@ -134,3 +143,13 @@ def test_bad_inputs_are_refused(kwargs) -> None:
 
 def test_the_shapes_are_the_load_shapes() -> None:
     assert poolmodel.SHAPES == ("sequential", "staggered", "burst")
+
+
+def test_the_cold_starts_at_the_burst_concurrency_are_the_nearest_level_measured() -> None:
+    sweep = {1: [1.0, 1.1], 4: [2.0], 16: [5.0, 6.0], 32: []}
+    level, values = poolmodel.at_concurrency(sweep, 20)
+    assert level == 16 and list(values) == [5.0, 6.0]
+    assert poolmodel.at_concurrency(sweep, 10)[0] == 16  # 6 from 4 and from 16: the larger
+    assert poolmodel.at_concurrency(sweep, 1)[0] == 1
+    with pytest.raises(ValueError, match="no measured level"):
+        poolmodel.at_concurrency({8: []}, 8)

@@ -13,22 +13,30 @@ The semantics, which a real pool must share for the two to be compared:
 - **Start.** At t = 0 the pool holds `pool_size` (K) ready environments.
 - **A claim** arriving at time a takes one ready environment if there is one; its latency is the
   claim cost (`claim_s`, the measured hand-over of a ready environment, 0 by default).
-- **Every claim asks for one replacement at its arrival**, whether it found an environment or
-  not: the pool's target is K ready environments beyond the claims it has served, so ready +
-  being created + queued for creation = K + claims waiting, at every moment. A replacement is
-  created in the background.
-- **Refill concurrency** R: at most R environments are being created at once; requests beyond R
-  wait in FIFO order and start when a creation ends. Each creation takes one cold-start sample,
-  drawn with replacement from `cold_s` (the time from the create request to the environment's
-  first command, ``time_to_first_command``).
+- **A claim's slot is refilled once the claim takes its environment** (not at its arrival):
+  ready + being made + asked for = K at every moment, as in the real pool, which never holds
+  more than K environments. So a refill is asked for at the moment a claim is served; one that
+  waited on an empty pool asks for its replacement only then. (The model used to ask at each
+  arrival, as if the pool could hold K + the claims waiting: for K = 2, R = 8 and a burst of 50
+  that predicted a mean wait of 3.6 s where the real pool's rule gives 13.1 s.)
+- **Refill concurrency** R, 1 <= R <= K (what the real pool accepts): at most R environments
+  are being created at once; requests beyond R wait in FIFO order and start when a creation
+  ends. Each creation takes one cold-start sample, drawn with replacement from `cold_s` (the
+  time from the create request to the environment's first command, ``time_to_first_command``).
 - **An empty pool**: the claimer never starts a cold create of its own; it waits, in FIFO order
-  of arrival, for the next environment that becomes ready (whichever request it came from: the
-  earliest in-flight refill to finish). Its latency is that wait plus the claim cost.
+  of arrival, for the next environment that becomes ready. Its latency is that wait plus the
+  claim cost.
+- **Contention** is in the samples, not in the rules: refills made during a burst are slower
+  than quiet ones on the same machine (the burst's own rollouts and removals share it). Fed
+  the cold starts measured at the burst's concurrency (`at_concurrency`, from an earlier
+  `rtax burst` sweep, the Capacity page's points), the model forecasts a burst from data
+  recorded before it; fed quiet cold starts, it forecasts a quiet pool (benchmarks/
+  bench_pool.py prints both beside the measured burst).
 
-Under FIFO on both sides the i-th claim (in arrival order) gets the i-th environment to become
-ready (the K initial ones first), at max(a_i, ready_i). Worked by hand: constant cold time c,
-K ready, N > K claims at t = 0 and R = 1: the k-th claim beyond K waits k × c; with R ≥ N - K
-each of them waits c.
+Claims are served in arrival order, each taking the earliest-ready environment there is.
+Worked by hand: constant cold time c, K ready, N > K claims at t = 0 and R = 1: the k-th claim
+beyond K waits k × c; with R = K, the claims beyond K are served K at a time, the j-th group
+waiting j × c.
 
 Percentiles pool the claims of every repeat (one distribution of a claim's latency) and use the
 one definition of rtax.analysis.stats (linear interpolation). `drain_probability` is the share of
@@ -39,7 +47,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,33 +102,41 @@ def _samples(values: Sequence[float] | float, name: str) -> np.ndarray:
     return arr
 
 
-def _ready_times(requests: np.ndarray, creations: np.ndarray, concurrency: int) -> np.ndarray:
-    """When each refill (requested at `requests`, sorted, taking `creations`) is ready: a FIFO
-    queue in front of `concurrency` creators."""
-    if concurrency >= len(requests):
-        return requests + creations
-    free = [0.0] * concurrency  # when each creator is next free
-    ready = np.empty_like(requests)
-    for i, (asked, took) in enumerate(zip(requests, creations, strict=True)):
-        start = max(asked, heapq.heappop(free))
-        ready[i] = start + took
-        heapq.heappush(free, ready[i])
-    return ready
-
-
 def waits(
     cold_s: Sequence[float], arrivals_s: Sequence[float], pool_size: int, refill_concurrency: int
 ) -> np.ndarray:
     """The wait of each claim (in sorted arrival order) for one run of the pool, with the cold
-    times `cold_s` taken in order by the refills (one per claim, in arrival order): the
-    deterministic core of `simulate`, which draws `cold_s` from the measured samples."""
+    times `cold_s` taken in order by the refills (one per claim, in the order the claims are
+    served): the deterministic core of `simulate`, which draws `cold_s` from the measured
+    samples. A loop over the claims with two heaps: the environments not yet taken (when each
+    is ready) and the refill workers (when each is next free)."""
     times = np.sort(np.asarray(arrivals_s, dtype=float))
     creations = np.asarray(cold_s, dtype=float)
     if len(creations) != len(times):
         raise ValueError("one cold time per claim")
-    ready = _ready_times(times, creations, refill_concurrency)
-    supply = np.sort(np.concatenate([np.zeros(pool_size), ready]))
-    return np.maximum(times, supply[: len(times)]) - times
+    ready = [0.0] * pool_size  # a heap: when each environment not yet claimed is ready
+    free = [0.0] * refill_concurrency  # a heap: when each refill worker is next free
+    out = np.empty_like(times)
+    for i, (asked, took) in enumerate(zip(times.tolist(), creations.tolist(), strict=True)):
+        served = max(asked, heapq.heappop(ready))
+        out[i] = served - asked
+        done = max(served, heapq.heappop(free)) + took  # its slot's refill, asked for now
+        heapq.heappush(free, done)
+        heapq.heappush(ready, done)
+    return out
+
+
+def at_concurrency(
+    sweep: Mapping[int, Sequence[float]], concurrency: int
+) -> tuple[int, np.ndarray]:
+    """The cold starts measured with the number of rollouts at once nearest `concurrency`
+    (ties: the larger, the more contended) out of a sweep {concurrency: samples}, and that
+    level: what the pool's refills take under a burst of that many claims."""
+    levels = sorted(level for level, values in sweep.items() if len(values))
+    if not levels:
+        raise ValueError("the sweep has no measured level")
+    level = min(levels, key=lambda c: (abs(c - concurrency), -c))
+    return level, _samples(sweep[level], f"cold starts at concurrency {level}")
 
 
 def simulate(
@@ -144,10 +160,10 @@ def simulate(
         raise ValueError("arrivals_s needs at least one claim")
     if not np.all(np.isfinite(times)) or np.any(times < 0):
         raise ValueError("arrivals_s must be finite seconds >= 0")
-    if not is_whole(pool_size, low=0):
-        raise ValueError("pool_size must be a whole number >= 0")
-    if not is_whole(refill_concurrency, low=1):
-        raise ValueError("refill_concurrency must be a whole number >= 1")
+    if not is_whole(pool_size, low=1):
+        raise ValueError("pool_size must be a whole number >= 1 (the real pool's bound)")
+    if not is_whole(refill_concurrency, low=1) or refill_concurrency > pool_size:
+        raise ValueError("refill_concurrency must be a whole number from 1 to pool_size")
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     rng = np.random.default_rng(seed)
