@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from rtax.cli.alerts import cmd_detection_eval, cmd_incidents, cmd_maintenance
 from rtax.cli.commands import (
+    cmd_backup,
     cmd_config,
     cmd_dashboard,
     cmd_emulate,
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "burst": cmd_burst,
         "fork": cmd_fork,
         "export": cmd_export,
+        "backup": cmd_backup,
         "incidents": cmd_incidents,
         "maintenance": cmd_maintenance,
         "detection-eval": cmd_detection_eval,

@@ -32,6 +32,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """A checked copy of the live database (rtax.store.backup), safe while the scheduler runs."""
+    from rtax.core import paths
+    from rtax.settings.config import database_of
+    from rtax.store.backup import backup
+
+    source = args.db or (database_of(args.config) if args.config else None) or paths.default_db()
+    made = backup(source, args.out, overwrite=args.force, log=lambda m: say(f"rtax backup: {m}"))
+    print(
+        f"rtax backup: {made.path}: {made.bytes / 1e6:,.1f} MB, {made.runs:,} runs and "
+        f"{made.actions:,} actions (the database had {made.runs_before:,} runs as the copy "
+        f"began), integrity {made.integrity}, in {made.seconds:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from rtax.assets.image import BASE_IMAGE, RUNNER_IMAGE, ensure_runner
 

@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", type=Path, help="database (default: the --config file's, else data/rtax.db)"
     )
     _rollouts(sub, conf, db)
-    _data(sub, db)
+    _data(sub, conf, db)
     _signals(sub, conf, db)
     _operations(sub, conf)
     return parser
@@ -81,13 +81,21 @@ def _rollouts(sub: argparse._SubParsersAction, conf: Parser, db: Parser) -> None
     fork.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 
-def _data(sub: argparse._SubParsersAction, db: Parser) -> None:
-    """What the database holds: ``rtax export`` and ``rtax incidents``."""
+def _data(sub: argparse._SubParsersAction, conf: Parser, db: Parser) -> None:
+    """What the database holds: ``rtax export``, ``rtax backup`` and ``rtax incidents``."""
     export = sub.add_parser("export", parents=[db], help="write runs or actions to a CSV file")
     export.add_argument("--table", choices=("runs", "actions"), required=True)
     export.add_argument("--out", type=Path, required=True, help="CSV file to write")
     export.add_argument("--substrate", help="only this substrate")
     export.add_argument("--tier", choices=workloads.TIERS, help="only this tier")
+
+    back = sub.add_parser(
+        "backup",
+        parents=[conf, db],
+        help="copy the live database, checked, while the scheduler writes (docs/data.md)",
+    )
+    back.add_argument("--out", type=Path, required=True, help="the copy to write")
+    back.add_argument("--force", action="store_true", help="replace --out if it exists")
 
     inc = sub.add_parser("incidents", parents=[db], help="list open incidents (docs/alerts.md)")
     inc.add_argument("--all", action="store_true", help="resolved ones too, newest first")
