@@ -175,6 +175,7 @@ def test_seeded_and_nonfinite_samples_dropped() -> None:
         step_time([math.nan], 1, 1)
 
 
+@pytest.mark.timeout(3600)  # ~11 min on two cores: 25,600 fits of up to 3,000 samples
 def test_wherever_the_page_shows_an_interval_it_covers_the_true_expected_max() -> None:
     """The acceptance of issue 24, by simulation (tests/stepcoverage.py): lognormal σ 0.5 and
     1.0, Pareto α 2.5 and a bimodal mixture, m ∈ {100, 300, 1,000, 3,000} measured rollouts,
