@@ -835,3 +835,20 @@ def test_projection_prices_a_successful_rollout_with_failures_retries_billing_an
         row["billing"] == "60 s minimum, then per 1 s (https://example.invalid/billing, 2026-05-01)"
     )
     assert any("a pool of 10 idle 1 h each" in c.value for c in at.caption)
+
+
+def test_a_step_waits_for_the_substrates_failures_not_for_rtaxs_own() -> None:
+    """A failed create holds a step to its deadline; a harness error is rtax's own and holds
+    no step (stats.attempts), so only the first is among a series' failures."""
+    rows = pd.DataFrame(
+        {
+            "series": ["docker"] * 4,
+            "tier": ["T0"] * 4,
+            "steps": [0] * 4,
+            "status": ["ok", "ok", "failed", "failed"],
+            "error_class": [None, None, "create_failed", "harness_error"],
+            "episode_s": [1.0, 2.0, 0.5, 0.7],
+        }
+    )
+    ((ok, failed),) = fleet.outcomes(rows, "episode_s", tier="T0", steps=0).values()
+    assert sorted(ok) == [1.0, 2.0] and list(failed) == [0.5]

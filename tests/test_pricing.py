@@ -239,3 +239,12 @@ def test_the_price_tables_billing_rule_is_the_default() -> None:
     got = pricing.per_successful_rollout([10.0], [], prices)
     assert got.rounding_s == pytest.approx(50.0) and got.billed_s == pytest.approx(60.0)
     assert got.worker_s == pytest.approx(10.0)  # a worker waits the lifetime, not the bill
+
+
+def test_the_rule_applied_is_carried_with_the_figure() -> None:
+    table = pricing.Billing(minimum_s=60, granularity_s=1, source="https://example.test/b")
+    prices = Prices(vcpus=1, per_vcpu_hour=_price(0.36), billing=table)
+    assert pricing.per_successful_rollout([10.0], [], prices).billing == table
+    given = pricing.Billing(granularity_s=60)
+    assert pricing.per_successful_rollout([10.0], [], prices, billing=given).billing == given
+    assert pricing.per_successful_rollout([10.0], [], Prices()).billing == pricing.Billing()

@@ -72,14 +72,15 @@ def outcomes(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per series (matching `where`), the finite `metric` of its successful runs and that of
     its failed ones (NaN where a failure never got that far): what a step waits for, the
-    failures included (`rtax.planning.steptime.waits`). Series with a success, largest first."""
+    failures the substrate answers for included (`rtax.planning.steptime.waits`; rtax's own,
+    `stats.attempts`, are not the substrate's). Series with a success, largest first."""
     if runs.empty:
         return {}
     at = runs
     for column, value in where.items():
         at = at[at[column] == value]
     ok = samples(at, metric)
-    failed = at[at["status"] != "ok"]
+    failed = stats.attempts(at[at["status"] != "ok"])  # rtax's own failures hold no step
     found = {}
     for name, values in ok.items():
         of = failed[failed["series"] == name]
@@ -231,7 +232,6 @@ def per_success(
             pool_idle_s=pool_idle_s,
             rollouts=rollouts,
         )
-        rule = conf.prices.billing or pricing.Billing()
         out.append(
             {
                 "series": name,
@@ -247,7 +247,7 @@ def per_success(
                 "worker_hours_per_million_successful": cost.worker_s * 1e6 / 3600,
                 "usd_per_million_env_hour": cost.naive_usd * 1e6,
                 "difference": cost.usd / cost.naive_usd - 1 if cost.naive_usd else math.nan,
-                "billing": rule.describe(),
+                "billing": cost.billing.describe(),
             }
         )
     return pd.DataFrame(out, columns=list(SUCCESS_COLUMNS))

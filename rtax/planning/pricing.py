@@ -251,6 +251,8 @@ class PerSuccess:
     #: today's figure for comparison: mean lifetime of one rollout x the hourly price, no
     #: failures, retries, rounding, leaks or pool
     naive_usd: float
+    #: the billing rule applied (the one given, else the price table's, else per second)
+    billing: Billing
 
     @property
     def billed_s(self) -> float:
@@ -320,4 +322,5 @@ def per_successful_rollout(
         idle_pool_s=idle,
         usd=usd,
         naive_usd=naive,
+        billing=rule,
     )

@@ -172,12 +172,6 @@ def _normal_at_least(k: int, n: int, probs: np.ndarray) -> np.ndarray:
     return np.clip(np.where(sd > 0, tail, (probs * n >= k).astype(float)), 0.0, 1.0)
 
 
-def weights(m: int, n: int, k: int | None = None) -> np.ndarray:
-    """The weight of the j-th smallest of m equally likely values in E[X_(k:n)]."""
-    k = n if k is None else k
-    return np.diff(at_least(k, n, np.arange(m + 1) / m))
-
-
 def expected_order_statistic(
     values: Sequence[float],
     n: int,
