@@ -12,15 +12,17 @@ path that produces samples. Printed:
    own cold starts (its refills) before and during the burst.
 3. the pool model's claim p50 and p95 for that burst beside the measured ones (target:
    within 20 %), from `model_prediction`, the one place the model comes in, fed three ways:
-   - **the forecast**, judged: only samples recorded before the burst, the cold starts of a
-     separate, earlier concurrency sweep (cold rollouts B at once, as `rtax burst` measures
-     them for the Capacity page) at the burst's concurrency (`poolmodel.at_concurrency`):
-     on a 2-core machine a burst's rollouts and removals slow the refills it waits for, and
-     the sweep measured that slowdown before the burst happened (issue 24);
+   - **the forecast**, judged: only samples recorded before the burst: the cold starts of a
+     separate, earlier concurrency sweep (cold rollouts c at once, as `rtax burst` measures
+     them for the Capacity page) at the level a drained pool's refills run at
+     (`poolmodel.contended_level`: R refills and the R rollouts they last served), plus a
+     worker's turn beyond its cold start (the weighing) on the pool's refills before the
+     burst: on a 2-core machine a burst's rollouts and removals slow the refills it waits
+     for, and the sweep measured that slowdown before the burst happened (issue 24);
    - from the pool's quiet cold starts, also recorded before: what a planner without a sweep
      gets, printed so the gap contention makes is seen, never hidden;
-   - in sample, from the refills' own cold starts during the burst: checks the queueing rules
-     alone (the real pool's), given how long an environment took to make then.
+   - in sample, from the workers' own turns during the burst: checks the queueing rules
+     alone (the real pool's), given how long a refill took then.
 """
 
 from __future__ import annotations
@@ -118,6 +120,9 @@ def main() -> int:
         default=[1, 4, 12, 24],
         help="concurrency levels of the earlier cold sweep (the burst's is forecast from)",
     )
+    parser.add_argument(
+        "--sweep-samples", type=int, default=12, help="cold starts at least per sweep level"
+    )
     args = parser.parse_args()
     quiet()
     report = Report("warm pool")
@@ -146,9 +151,16 @@ def main() -> int:
             cold_ttfc.append(cold.run["time_to_first_command_s"])
             warm = _ok(run_rollout(pool, workloads.build("T0"), options=options))
             claims.append(warm.run["claim_s"])
+        _wait_full(pool)  # its refills done before the sweep loads the machine
         calm = [m["time_to_first_command_s"] for m in pool.made]  # the pool's cold starts
-        sweep = {  # cold rollouts c at once, before the burst: the Capacity page's points
-            c: [r.run["time_to_first_command_s"] for r in _burst(cold_sub, c, options)]
+        calm_turns = [m["refill_s"] - m["time_to_first_command_s"] for m in pool.made]
+        sweep = {  # cold rollouts c at once, before the burst: the Capacity page's points,
+            # each level repeated until it has --sweep-samples (a level of 4 is not 4 samples)
+            c: [
+                r.run["time_to_first_command_s"]
+                for _ in range(-(-args.sweep_samples // c))
+                for r in _burst(cold_sub, c, options)
+            ]
             for c in args.sweep
         }
         _wait_full(pool)
@@ -156,6 +168,7 @@ def main() -> int:
         burst = _burst(pool, args.burst, options)
         _wait_full(pool)
         refills = [m["time_to_first_command_s"] for m in pool.made[before:]]
+        turns = [m["refill_s"] for m in pool.made[before:]]
     finally:
         pool.close()
         cold_sub.close()
@@ -176,15 +189,23 @@ def main() -> int:
     print(_ms("claim p50 under the burst", burst_claims, tail))
     print(_ms("the pool's cold starts before the burst p50", calm))
     print(_ms("its refills during the burst p50", refills))
+    print(_ms("  a worker's turn per refill during it p50", turns))
+    print(_ms("  a turn beyond its cold start, before it p50", calm_turns))
     for level, values in sweep.items():
         print(_ms(f"sweep (before the burst): cold at {level} at once p50", values))
     measured = (_p(burst_claims, 50), _p(burst_claims, 95))
     arrivals = [0.0] * args.burst
     claim = statistics.median(claims)
-    level, contended = poolmodel.at_concurrency(sweep, args.burst)
-    forecast = model_prediction(list(contended), arrivals, args.pool, args.refill, claim_s=claim)
+    level, contended = poolmodel.at_concurrency(
+        sweep, poolmodel.contended_level(args.burst, args.refill)
+    )
+    # A worker's turn is its cold start and what follows it (the weighing): measured on the
+    # pool's own refills before the burst, added to the contended cold starts.
+    overhead = statistics.median(calm_turns)
+    turns_before = [t + overhead for t in contended]
+    forecast = model_prediction(turns_before, arrivals, args.pool, args.refill, claim_s=claim)
     quiet_cold = model_prediction(calm, arrivals, args.pool, args.refill, claim_s=claim)
-    in_sample = model_prediction(refills, arrivals, args.pool, args.refill, claim_s=claim)
+    in_sample = model_prediction(turns, arrivals, args.pool, args.refill, claim_s=claim)
     for name, i in (("p50", 0), ("p95", 1)):
         got, truth = forecast[i], measured[i]
         report.target(
@@ -196,7 +217,7 @@ def main() -> int:
         )
         for label, made in (
             ("from quiet cold starts", quiet_cold),
-            ("in sample (refills)", in_sample),
+            ("in sample (the burst's turns)", in_sample),
         ):
             print(
                 f"  {f'{label}: claim {name}':<44} {made[i] * 1e3:10.3f} ms  "

@@ -200,8 +200,9 @@ st.caption(
 )
 
 st.subheader("Size a warm pool")
-# A pool is refilled by cold starts whatever path its claims take: the cold path's samples.
-cold = fleet.samples(fleet.on_path(runs, "cold"), "time_to_first_command_s")
+# A pool is refilled by cold starts whatever path its claims take: the cold path's samples,
+# as probed (a load run's enter through fleet.refills, at the burst's size).
+cold = fleet.samples(fleet.quiet(fleet.on_path(runs, "cold")), "time_to_first_command_s")
 if not cold:
     st.info("No cold starts measured yet: run `rtax probe --tier T0` on a substrate.")
 else:
@@ -243,18 +244,30 @@ else:
 if cold and int(pool_size) == 0:
     st.info("Pool size 0: no pool; every rollout makes its own environment (a cold start).")
 elif cold:
-    pool = poolmodel.simulate(
+    loads = data.load_runs(data.database(), chosen.key)
+    refill_s, level = fleet.refills(
         cold[pool_series],
+        runs,
+        pool_series,
+        loads,
+        data.load_rollouts(data.database(), tuple(loads["load_id"])),
+        shape,
+        int(claims),
+        int(refill),
+    )
+    pool = poolmodel.simulate(
+        refill_s,
         poolmodel.arrivals(shape, int(claims), every_ms / 1000),
         int(pool_size),
         int(refill),
         claim_s=claim_ms / 1000,
     )
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Claim p50", format.duration(pool.p50_s))
     m2.metric("Claim p95", format.duration(pool.p95_s))
-    m3.metric("Chance the pool drains", f"{pool.drain_probability:.0%}")
-    m4.metric("Mean wait", format.duration(pool.mean_wait_s))
+    m3.metric("Claim p99", format.duration(pool.p99_s))
+    m4.metric("Chance the pool drains", f"{pool.drain_probability:.0%}")
+    m5.metric("Mean wait", format.duration(pool.mean_wait_s))
     line = explore.changed_line(
         "proj_pool",
         {
@@ -271,16 +284,38 @@ elif cold:
     )
     if line:
         st.caption(f"What changed: {line}.")
+    if level is None:
+        drawn = (
+            f"n={refill_s.size} measured cold starts (time to first command) of {pool_series} "
+            f"as probed, p50 {format.duration(stats.percentile(refill_s, 50))}"
+        )
+        contention = (
+            "These are quiet cold starts: under a burst refills run slower, so a burst's waits "
+            "can be longer than predicted; a load run of this substrate (`rtax burst`, the "
+            "Capacity page) at the burst's size lets the model draw from cold starts measured "
+            "under it."
+        )
+    else:
+        drawn = (
+            f"n={refill_s.size} cold starts of {pool_series}'s substrate measured {level} at "
+            f"once in load runs (the Capacity page), p50 "
+            f"{format.duration(stats.percentile(refill_s, 50))}, against "
+            f"{format.duration(stats.percentile(cold[pool_series], 50))} as probed"
+        )
+        contention = (
+            f"A burst of {int(claims)} contends with its own refills: they are drawn from the "
+            f"load-run level nearest the {poolmodel.contended_level(int(claims), int(refill))} "
+            f"environments at work while its refills are made ({refill} refills and the "
+            f"rollouts they last served; measured level: {level} at once). A refill worker's "
+            "turn also weighs what it made (about 0.15 s on docker, `make bench`), not in "
+            "these samples."
+        )
     st.caption(
-        f"Predicted from n={cold[pool_series].size} measured cold starts (time to first "
-        f"command) of {pool_series}, cold p50 "
-        f"{format.duration(stats.percentile(cold[pool_series], 50))}; "
-        f"{pool.n:,} simulated claims (200 seeded repeats). A pool refills with cold starts "
-        "whichever launch path is chosen above. A claim that finds the pool empty "
-        "waits, first come first served, for the next environment to become ready; a slot's "
-        "refill is asked for when its claim is served, as in the real pool. These are quiet "
-        "cold starts: under a burst on a busy machine refills run slower, so a burst's waits "
-        "can be longer than predicted (docs/measurement.md#warm-pool-model)."
+        f"Predicted from {drawn}; {pool.n:,} simulated claims (200 seeded repeats). A pool "
+        "refills with cold starts whichever launch path is chosen above. A claim that finds "
+        "the pool empty waits, first come first served, for the next environment to become "
+        "ready; a slot's refill is asked for when its claim is served, as in the real pool. "
+        f"{contention} (docs/measurement.md#warm-pool-model)"
     )
 
 st.subheader("Tail-aware step time")

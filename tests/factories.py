@@ -81,6 +81,45 @@ def make_record(
     return RolloutRecord(run=make_run(run_id, **run_overrides), actions=actions)
 
 
+def store_load(
+    store: Any,
+    load_id: str,
+    shape: str,
+    concurrency: int,
+    ttfcs: list[float],
+    failures: tuple[str, ...] | list[str] = (),
+    *,
+    started_at: str,
+    **figures: Any,
+) -> None:
+    """A complete docker load run (`rtax burst`) in `store`: a successful rollout per entry of
+    `ttfcs` (its time to first command), a failed one per error class in `failures`, and the
+    run's figures (`figures` overriding the defaults)."""
+    n = len(ttfcs) + len(failures)
+    store.loads.begin(
+        {"load_id": load_id, "name": None, "substrate": "docker", "kind": "docker",
+         "mode": "exec", "fidelity": "real", "tier": "T0", "steps": 0, "shape": shape, "n": n,
+         "every_s": 0.25 if shape == "staggered" else None, "started_at": started_at}
+    )  # fmt: skip
+    for i, ttfc in enumerate(ttfcs):
+        store.save_rollout(
+            make_record(f"{load_id}-{i}", substrate="docker", kind="docker", load_id=load_id,
+                        load_index=i, time_to_first_command_s=ttfc, started_at=started_at)
+        )  # fmt: skip
+    for j, error in enumerate(failures, start=len(ttfcs)):
+        store.save_rollout(
+            make_record(f"{load_id}-{j}", substrate="docker", kind="docker", load_id=load_id,
+                        load_index=j, status="failed", error_class=error,
+                        time_to_first_command_s=None, started_at=started_at)
+        )  # fmt: skip
+    store.loads.finish(
+        load_id,
+        {"status": "complete", "rollouts": n, "ok": len(ttfcs), "ready": len(ttfcs),
+         "concurrency": concurrency, "failures": "{}", "harness_cpu_cores": 0.1,
+         "dispatch_lag_p50_s": 0.001, "dispatch_lag_max_s": 0.002, **figures},
+    )  # fmt: skip
+
+
 def _set(row: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     unknown = set(overrides) - set(row)
     if unknown:

@@ -16,7 +16,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from factories import make_record
+from factories import make_record, store_load
 from polling import DEADLINE_S
 from rtax.analysis import stats
 from rtax.dashboard import data, fleet, format, tables
@@ -682,6 +682,31 @@ def test_projection_sizes_a_warm_pool_from_the_measured_cold_starts(
     _ok(at, "Projection")
     assert any("Pool size 0: no pool" in i.value for i in at.info)
     assert not any(m.label == "Claim p50" for m in at.metric)
+
+
+def test_a_burst_draws_its_refills_from_the_load_run_nearest_its_size(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Load runs measured docker's cold starts at 1 s one at a time, 3 s two at once and 9 s
+    fifty at once. A burst of 5 on a pool of 2 refilled one at a time keeps two environments
+    at work (the refill and the rollout it served), so its refills take 3 s: the claims wait
+    [0, 0, 3, 6, 9] s, p50 3 s and p95 9 s, not the quiet [0, 0, 1, 2, 3] nor fifty-at-once's;
+    a staggered load keeps the quiet samples, and the caption says which were drawn."""
+    monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))
+    db = _fleet_db(tmp_path)
+    started = (NOW - timedelta(minutes=30)).isoformat()
+    with Store(db) as store:
+        store_load(store, "one", "sequential", 1, [1.0] * 3, started_at=started)
+        store_load(store, "two", "burst", 2, [3.0] * 4, ["harness_error"], started_at=started)
+        store_load(store, "fifty", "burst", 50, [9.0] * 5, started_at=started)
+    at = _app(db, monkeypatch, "pages/projection.py")
+    _inputs(at, proj_pool_size=2, proj_pool_refill=1, proj_pool_claims=5)
+    at.selectbox(key="proj_pool_shape").set_value("burst").run()
+    assert _metric(at, "Claim p50") == "3.00 s" and _metric(at, "Claim p95") == "9.00 s"
+    assert any("measured 2 at once in load runs" in c.value for c in at.caption)
+    at.selectbox(key="proj_pool_shape").set_value("staggered").run()
+    assert any("n=7 measured cold starts" in c.value for c in at.caption)
+    assert any("quiet cold starts" in c.value for c in at.caption)
 
 
 def test_projection_step_time_is_the_expected_max_beside_the_mean(

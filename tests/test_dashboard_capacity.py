@@ -12,7 +12,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from factories import make_record
+from factories import make_record, store_load
 from polling import DEADLINE_S
 from rtax.analysis import envelope
 from rtax.settings.loads import Bounds
@@ -24,27 +24,7 @@ NOW = datetime.now(UTC)
 
 def _load(store: Store, load_id: str, shape: str, concurrency: int, ttfcs, failures=(), **fig):
     started = (NOW - timedelta(minutes=10 - concurrency / 10)).isoformat()
-    n = len(ttfcs) + len(failures)
-    store.loads.begin(
-        {"load_id": load_id, "name": None, "substrate": "docker", "kind": "docker",
-         "mode": "exec", "fidelity": "real", "tier": "T0", "steps": 0, "shape": shape, "n": n,
-         "every_s": 0.25 if shape == "staggered" else None, "started_at": started}
-    )  # fmt: skip
-    for i, ttfc in enumerate(ttfcs):
-        store.save_rollout(
-            make_record(f"{load_id}-{i}", substrate="docker", kind="docker", load_id=load_id,
-                        load_index=i, time_to_first_command_s=ttfc, started_at=started)
-        )  # fmt: skip
-    for j, error in enumerate(failures, start=len(ttfcs)):
-        store.save_rollout(
-            make_record(f"{load_id}-{j}", substrate="docker", kind="docker", load_id=load_id,
-                        load_index=j, status="failed", error_class=error,
-                        time_to_first_command_s=None, started_at=started)
-        )  # fmt: skip
-    figures = {"status": "complete", "rollouts": n, "ok": len(ttfcs), "ready": len(ttfcs),
-               "concurrency": concurrency, "failures": "{}", "harness_cpu_cores": 0.1,
-               "dispatch_lag_p50_s": 0.001, "dispatch_lag_max_s": 0.002, **fig}  # fmt: skip
-    store.loads.finish(load_id, figures)
+    store_load(store, load_id, shape, concurrency, ttfcs, failures, started_at=started, **fig)
 
 
 @pytest.fixture(scope="module")

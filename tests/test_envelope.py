@@ -7,7 +7,14 @@ import math
 import pandas as pd
 import pytest
 
-from rtax.analysis.envelope import ENVELOPE_COLUMNS, POINT_COLUMNS, fit, points, saturation
+from rtax.analysis.envelope import (
+    ENVELOPE_COLUMNS,
+    POINT_COLUMNS,
+    cold_sweep,
+    fit,
+    points,
+    saturation,
+)
 from rtax.settings.loads import Bounds
 
 SERIES = {"substrate": "docker", "mode": "exec", "fidelity": "real", "tier": "T0", "steps": 0}
@@ -121,3 +128,17 @@ def test_nothing_measured_is_empty() -> None:
     empty = points(pd.DataFrame(), pd.DataFrame())
     assert empty.empty and list(empty.columns) == list(POINT_COLUMNS)
     assert fit(empty).empty
+
+
+def test_a_cold_sweep_is_one_substrates_successful_samples_per_concurrency(measured) -> None:
+    """Complete load runs only ("d" was interrupted), successes only, one substrate: what the
+    pool model draws a burst's refills from."""
+    sweep = cold_sweep(*measured, substrate="docker", mode="exec", fidelity="real")
+    assert sorted(sweep) == [1, 10, 20]
+    assert sweep[1].tolist() == [1.0, 1.2, 1.4, 1.6, 1.8]
+    assert sweep[10].tolist() == [1.5, 2.0, 2.5, 3.0, 3.5]
+    assert sweep[20].tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert cold_sweep(*measured, substrate="local")[1].tolist() == [0.1, 0.2, 0.3]
+    assert cold_sweep(*measured, substrate="podman") == {}
+    with pytest.raises(ValueError, match="launch_type"):
+        cold_sweep(*measured, launch_type="cold")

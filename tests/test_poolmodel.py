@@ -153,3 +153,14 @@ def test_the_cold_starts_at_the_burst_concurrency_are_the_nearest_level_measured
     assert poolmodel.at_concurrency(sweep, 1)[0] == 1
     with pytest.raises(ValueError, match="no measured level"):
         poolmodel.at_concurrency({8: []}, 8)
+
+
+def test_a_drained_pool_works_its_refills_and_the_rollouts_they_served() -> None:
+    """R refills in flight and the R rollouts of the claims they last served: 2R environments
+    at work at once, never more than the claims (the level a burst's refills are drawn at)."""
+    assert poolmodel.contended_level(24, 2) == 4
+    assert poolmodel.contended_level(3, 2) == 3
+    assert poolmodel.contended_level(50, 1) == 2
+    for bad in ((0, 1), (5, 0), (2.5, 1)):
+        with pytest.raises(ValueError, match="whole numbers"):
+            poolmodel.contended_level(*bad)

@@ -9,6 +9,8 @@ substrate holds before its tail or its failures give way, measured, not assumed.
   with `n`, one percentile rule: `rtax.analysis.stats`), the failure rate over the substrate's
   attempts (rtax's own ``harness_error`` left out, as everywhere), the mean achieved
   creates/s, and whether the client itself was saturated (`saturation`);
+- `cold_sweep`: one substrate's raw time-to-first-command samples per concurrency, what the
+  warm-pool model draws a burst's refills from (docs/measurement.md#warm-pool-model);
 - `fit`: per series, the first concurrency and the first creates/s (in ascending order) at
   which p95 or the failure rate breaks the `Bounds`, and the largest that held below it.
 
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from rtax.analysis import stats
@@ -129,6 +132,32 @@ def points(loads: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=list(POINT_COLUMNS))
+
+
+def cold_sweep(loads: pd.DataFrame, rollouts: pd.DataFrame, **series: Any) -> dict[int, np.ndarray]:
+    """{concurrency: the finite time to first command of every successful rollout} over the
+    complete load runs of one substrate (`series`: any of `SERIES`, e.g. substrate, mode and
+    fidelity), every tier pooled: the cold starts measured with that many rollouts at once.
+
+    Why raw samples and not `points`' percentiles: the pool model resamples them as a burst's
+    refills, and refills run slower under a burst than when quiet (bench_pool measured -41% when
+    fed quiet cold starts), so the page draws them from the level nearest the burst."""
+    if loads.empty or rollouts.empty:
+        return {}
+    done = loads[loads["status"] == "complete"]
+    for column, value in series.items():
+        if column not in SERIES:
+            raise ValueError(f"{column!r} is not a load run's series column ({SERIES})")
+        done = done[done[column] == value]
+    ok = rollouts[rollouts["status"] == "ok"]
+    found: dict[int, np.ndarray] = {}
+    for level, group in done.groupby("concurrency", sort=True):
+        mine = ok[ok["load_id"].isin(group["load_id"])]
+        values = pd.to_numeric(mine["time_to_first_command_s"], errors="coerce").to_numpy(float)
+        values = values[np.isfinite(values)]
+        if values.size:
+            found[int(level)] = values
+    return found
 
 
 def breaks(point: dict[str, Any], p95_limit_s: float, bounds: Bounds) -> str:

@@ -159,7 +159,13 @@ RUN_FIELDS: tuple[Field, ...] = (
         if p not in _LATER
     ),
     Field("toolchain", str, "the workload toolchain's digest", since=6, page=True),
-    Field("load_id", str, "the load run that launched it (docs/load.md); NULL if none", since=9),
+    Field(
+        "load_id",
+        str,
+        "the load run that launched it (docs/load.md); NULL if none",
+        since=9,
+        page=True,
+    ),
     Field("load_index", int, "its launch order in that load run (0 = the first)", since=9),
     Field("claim_s", float, f"claim phase (s): {PHASE_MEANINGS['claim']}", since=10, page=True),
     Field("claim_res_s", float, "resolution of the claim phase's end (s)", since=10, page=True),

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rtax.analysis import stats, summaries
-from rtax.planning import pricing
+from rtax.analysis import envelope, stats, summaries
+from rtax.planning import poolmodel, pricing
 
 #: The columns of `plan_costs`.
 PLAN_COLUMNS = (
@@ -87,6 +87,51 @@ def outcomes(
         times = pd.to_numeric(of[metric], errors="coerce").to_numpy(dtype=float)
         found[name] = (values, times)
     return found
+
+
+def quiet(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs no load run launched (``load_id`` NULL): cold starts as the scheduler probes
+    them, one series at a time, not under a burst's contention (`refills` takes those from
+    the load runs themselves)."""
+    if runs.empty or "load_id" not in runs:
+        return runs
+    return runs[runs["load_id"].isna()]
+
+
+def refills(
+    quiet_s: np.ndarray,
+    runs: pd.DataFrame,
+    series: str,
+    loads: pd.DataFrame,
+    rollouts: pd.DataFrame,
+    shape: str,
+    claims: int,
+    refill_concurrency: int,
+) -> tuple[np.ndarray, int | None]:
+    """The cold starts the pool model draws a load's refills from, and the concurrency they
+    were measured at (None: `quiet_s`, the series' cold starts as probed).
+
+    A burst of `claims` contends with its own refills, which run slower than quiet ones
+    (docs/measurement.md#warm-pool-model); when load runs (`rtax burst`, the Capacity page's
+    points) measured this substrate's cold starts at several concurrencies, a burst draws from
+    the level nearest the one its refills run at (`poolmodel.contended_level`: the refills in
+    flight and the rollouts of the claims they served, at most the claims). Other shapes, or
+    no load runs of this substrate: the quiet samples."""
+    mine = runs[runs["series"] == series] if not runs.empty else runs
+    if shape != "burst" or mine.empty:
+        return quiet_s, None
+    first = mine.iloc[0]
+    sweep = envelope.cold_sweep(
+        loads,
+        rollouts,
+        **{column: first[column] for column in ("substrate", "mode", "fidelity")},
+    )
+    if not sweep:
+        return quiet_s, None
+    level, values = poolmodel.at_concurrency(
+        sweep, poolmodel.contended_level(claims, refill_concurrency)
+    )
+    return values, level
 
 
 def workloads(runs: pd.DataFrame) -> list[tuple[str, int]]:

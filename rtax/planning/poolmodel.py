@@ -28,10 +28,13 @@ The semantics, which a real pool must share for the two to be compared:
   claim cost.
 - **Contention** is in the samples, not in the rules: refills made during a burst are slower
   than quiet ones on the same machine (the burst's own rollouts and removals share it). Fed
-  the cold starts measured at the burst's concurrency (`at_concurrency`, from an earlier
-  `rtax burst` sweep, the Capacity page's points), the model forecasts a burst from data
-  recorded before it; fed quiet cold starts, it forecasts a quiet pool (benchmarks/
-  bench_pool.py prints both beside the measured burst).
+  the cold starts measured at the concurrency a drained pool's refills run at
+  (`contended_level`: the R refills in flight and the rollouts of the R claims they last
+  served; `at_concurrency` picks them out of an earlier `rtax burst` sweep, the Capacity
+  page's points), the model forecasts a burst from data recorded before it; fed quiet cold
+  starts, it forecasts a quiet pool (benchmarks/bench_pool.py prints both beside the measured
+  burst). Not the burst's size: its claims wait, they don't create; a sweep at 24 at once
+  (4.6 s) forecast a burst of 24 on a pool refilled 2 at a time at +300 %.
 
 Claims are served in arrival order, each taking the earliest-ready environment there is.
 Worked by hand: constant cold time c, K ready, N > K claims at t = 0 and R = 1: the k-th claim
@@ -124,6 +127,16 @@ def waits(
         heapq.heappush(free, done)
         heapq.heappush(ready, done)
     return out
+
+
+def contended_level(claims: int, refill_concurrency: int) -> int:
+    """The number of environments at work at once while a drained pool serves a burst of
+    `claims`: its R refills being made and the rollouts of the R claims the last refills
+    served (each then runs and is removed while the next refills are made); never more than
+    the claims. The concurrency whose measured cold starts the refills are drawn from."""
+    if not is_whole(claims, low=1) or not is_whole(refill_concurrency, low=1):
+        raise ValueError("claims and refill_concurrency must be whole numbers >= 1")
+    return min(int(claims), 2 * int(refill_concurrency))
 
 
 def at_concurrency(

@@ -364,7 +364,10 @@ class WarmPool(Wrapper):
                 self._remove(entry.env)
 
     def _make(self) -> _Ready:
-        """One environment made as a cold rollout makes it (`coldstart.cold_start`)."""
+        """One environment made as a cold rollout makes it (`coldstart.cold_start`), and the
+        worker's whole turn for it as ``refill_s`` (the cold start, a pause and the weighing
+        after it): what a claim waiting on an empty pool waits for, one turn per refill."""
+        began = self.now()
         made = cold_start(
             self.inner,
             f"{POOL_RUN_PREFIX}{uuid.uuid4().hex[:16]}",
@@ -384,6 +387,7 @@ class WarmPool(Wrapper):
                 self._remove(made.env)
                 raise
         made.made["memory_bytes"] = self._weigh(made.env)
+        made.made["refill_s"] = self.now() - began
         with self._cond:
             self.made.append(made.made)
         expires = made.started + self.label_lifetime_s
