@@ -146,7 +146,10 @@ def test_cold_start_spread_and_table_equal_stats(seeded: Path, monkeypatch) -> N
     expected = stats.latency_table(t0, "episode_s", by=("series",), quantiles=(50, 95, 99))
     shown = at.dataframe[0].value.set_index("series")
     for row in expected.itertuples(index=False):
-        assert shown.loc[row.series, "p99"] == pytest.approx(row.p99)
+        if row.p99 != row.p99:  # too few samples for a p99: said, never a number
+            assert shown.loc[row.series, "p99"] == format.TOO_FEW
+        else:
+            assert shown.loc[row.series, "p99"] == format.column("p99", pd.Series([row.p99]))[0]
         assert shown.loc[row.series, "n"] == row.n
     real = expected[expected["series"].isin(["local", "docker"])].set_index("series")["p50"]
     ratio = real.max() / real.min()

@@ -6,6 +6,7 @@ strings; the status board, the footer, the snapshot's file name and the what-cha
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -52,27 +53,30 @@ def test_durations_are_ms_below_a_second_then_s_with_three_significant_digits() 
 
 
 def test_the_overview_table() -> None:
-    rows = [
-        [
-            *("docker", "T0", 0, "real", 4, 0.75, 0, 0.0899, 1.23, 3, NAN, 66.2, 1234.4, 3),
-            0.49,
-            66.2,
-        ],
-        [
-            *("k8s [emulated]", "T2", 50, "emulated", 1, 0.0, 2, NAN, NAN, 0, NAN, NAN),
-            NAN,
-            0,
-            NAN,
-            2e5,
-        ],
-    ]
-    assert _table(pd.DataFrame(rows, columns=list(tables.OVERVIEW_COLUMNS))) == [
+    """p99 with its interval where n allows it; where it doesn't, "n too small", not blank."""
+    docker = {
+        **{"series": "docker", "tier": "T0", "steps": 0, "fidelity": "real", "runs": 400},
+        **{"success_rate": 0.75, "harness_errors": 0, "ttfc_p50_s": 0.0899, "ttfc_p95_s": 1.23},
+        **{"ttfc_p99_s": 1.5, "ttfc_p99_lo_s": 1.3, "ttfc_p99_hi_s": 1.9, "ttfc_n": 300},
+        **{"ttfc_res_s": NAN, "episode_p50_s": 66.2, "episode_p95_s": 1234.4},
+        **{"episode_p99_s": NAN, "episode_n": 3, "episode_res_s": 0.49, "last_probe_age_s": 66.2},
+    }
+    k8s = {
+        **{"series": "k8s [emulated]", "tier": "T2", "steps": 50, "fidelity": "emulated"},
+        **{"runs": 1, "success_rate": 0.0, "harness_errors": 2, "ttfc_n": 0, "episode_n": 0},
+        "last_probe_age_s": 2e5,
+    }
+    frame = pd.DataFrame([docker, k8s]).reindex(columns=list(tables.OVERVIEW_COLUMNS))
+    assert _table(frame) == [
         "Series | Tier | Actions (S) | Fidelity | Runs | Success | Harness errors | "
-        "First command n | First command p50 | First command p95 | First command resolution | "
-        "Episode n | Episode p50 | Episode p95 | Episode resolution | Last probe",
-        "docker | T0 | 0 | real | 4 | 75.0% | 0 | 3 | 89.9 ms | 1.23 s |  | "
-        "3 | 66.2 s | 1,234 s | 490 ms | 66 s ago",
-        "k8s [emulated] | T2 | 50 | emulated | 1 | 0.0% | 2 | 0 |  |  |  | 0 |  |  |  | 2.3 d ago",
+        "First command n | First command p50 | First command p95 | First command p99 | "
+        "First command p99 from (95 %) | First command p99 to (95 %) | "
+        "First command resolution | Episode n | Episode p50 | Episode p95 | Episode p99 | "
+        "Episode resolution | Last probe",
+        "docker | T0 | 0 | real | 400 | 75.0% | 0 | 300 | 89.9 ms | 1.23 s | 1.50 s | 1.30 s | "
+        "1.90 s |  | 3 | 66.2 s | 1,234 s | n too small | 490 ms | 66 s ago",
+        "k8s [emulated] | T2 | 50 | emulated | 1 | 0.0% | 2 | 0 |  |  | n too small |  |  |  | "
+        "0 |  |  | n too small |  | 2.3 d ago",
     ]
 
 
@@ -290,8 +294,10 @@ def test_the_status_board_card() -> None:
     )
     assert board.figures(card) == (
         "last probe 66 s ago  \nsuccess 97.5% of 40 (24 h)  \n"
-        "first command p50 89.9 ms · p95 1.20 s (n=39)"
+        "first command p50 89.9 ms · p95 1.20 s · p99 n too small (n=39)"
     )
+    more = replace(card, ttfc_n=400, ttfc_p99_s=2.5)  # from n = 100 (stats.P99_MIN_N)
+    assert "p95 1.20 s · p99 2.50 s (n=400)" in board.figures(more)
 
 
 def test_the_footer_line() -> None:

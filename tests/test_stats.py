@@ -7,6 +7,7 @@ between the two closest order statistics.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -183,7 +184,8 @@ def test_latency_table_groups_by_substrate_tier_steps() -> None:
     a0, a2, b0 = (table.iloc[i] for i in range(3))
     assert (a0["runs"], a0["n"], a0["mean"], a0["p50"]) == (2, 2, 2.0, 2.0)
     assert a0["p95"] == pytest.approx(2.9)  # rank 0.95 between 1 and 3
-    assert (a2["runs"], a2["n"], a2["p50"], a2["p99"]) == (1, 1, 10.0, 10.0)
+    assert (a2["runs"], a2["n"], a2["p50"]) == (1, 1, 10.0)
+    assert math.isnan(a2["p99"])  # one sample is no p99 (stats.P99_MIN_N): "n too small"
     assert (b0["runs"], b0["n"], b0["mean"], b0["p50"]) == (3, 3, 7.0, 7.0)
     assert b0["p95"] == pytest.approx(8.8)  # rank 1.9: 7 + 0.9 * 2
     assert table["success_rate"].tolist() == [1.0, 1.0, 1.0]
@@ -198,8 +200,9 @@ def test_latency_table_success_rate_and_failed_runs_never_enter_percentiles() ->
     assert with_failure["runs"] == 5
     assert with_failure["n"] == 4
     assert with_failure["success_rate"] == pytest.approx(0.8)
-    for column in ("mean", "p50", "p95", "p99"):
+    for column in ("mean", "p50", "p95"):
         assert with_failure[column] == pytest.approx(base[column]), column
+    assert math.isnan(with_failure["p99"]) and math.isnan(base["p99"])  # n = 4 < 100
     assert with_failure["p50"] == pytest.approx(2.5)
     assert with_failure["p95"] == pytest.approx(3.85)
 
@@ -485,3 +488,119 @@ def test_harness_errors_are_shown_apart_and_never_lower_a_success_rate() -> None
     assert set(stats.phase_summary(runs)["success_rate"]) == {0.75}
     only_harness = runs[runs["error_class"] == "harness_error"]
     assert math.isnan(stats.success_rate(only_harness))  # no attempt: no rate, not 0 %
+
+
+def test_the_order_statistic_interval_is_hand_checked() -> None:
+    # Median of 10: P(Binomial(10, 1/2) <= 1) = 11/1024 <= 2.5 %, so x(2)..x(9) (1-based),
+    # the textbook 97.9 % interval; 0-based ranks 1..8.
+    assert stats.interval_ranks(50, 10) == (1, 8)
+    assert stats.quantile_interval([float(v) for v in range(10, 0, -1)], 50) == (2.0, 9.0)
+    assert stats.quantile_interval([1.0, math.nan, 2.0], 50) is None  # two samples bound nothing
+
+
+def test_a_tail_interval_needs_samples_beyond_it() -> None:
+    # The upper rank must exist: p95 from n = 72, p99 from n = 368 (docs/measurement.md#tails),
+    # and from there on, for every n.
+    assert stats.interval_ranks(95, 71) is None and stats.interval_ranks(99, 367) is None
+    assert all(stats.interval_ranks(95, n) for n in range(72, 3001))
+    assert all(stats.interval_ranks(99, n) for n in range(368, 3001))
+    lo, hi = stats.interval_ranks(99, 400)
+    assert lo < 0.99 * 400 - 1 < hi <= 399
+
+
+def test_latency_table_adds_the_interval_of_each_tail_where_it_holds() -> None:
+    values = [float(v) for v in range(1, 401)]
+    runs = pd.DataFrame(
+        {"substrate": "docker", "tier": "T0", "steps": 0, "status": "ok", "episode_s": values}
+    )
+    table = stats.latency_table(
+        runs, "episode_s", by=("substrate",), quantiles=(50, 95, 99), intervals=True
+    )
+    row = table.iloc[0]
+    assert list(table.columns[-5:]) == ["p95_lo", "p95_hi", "p99_lo", "p99_hi", "harness_errors"]
+    assert (row["p99_lo"], row["p99_hi"]) == stats.quantile_interval(values, 99)
+    assert row["p99_lo"] <= row["p99"] <= row["p99_hi"]
+    few = stats.latency_table(runs.head(50), "episode_s", by=("substrate",), intervals=True)
+    assert few[["p95_lo", "p95_hi"]].isna().all(axis=None)  # 50 samples can't bound p95
+
+
+def _bimodal_quantile(q: float) -> float:
+    """The q-quantile of 0.7 lognormal(0, 0.2) + 0.3 lognormal(1.5, 0.3), by bisection."""
+
+    def cdf(x: float) -> float:
+        def part(mu: float, sigma: float) -> float:
+            return 0.5 * (1 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2))))
+
+        return 0.7 * part(0.0, 0.2) + 0.3 * part(1.5, 0.3)
+
+    lo, hi = 1e-3, 1e3
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return mid
+
+
+def _ar1_lognormal(rng: np.random.Generator, n: int, phi: float = 0.5) -> np.ndarray:
+    """exp of a stationary AR(1) with unit variance: lognormal(0, 1) margins, autocorrelated
+    as consecutive probes of one substrate are."""
+    shocks = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
+    x = np.empty(n)
+    x[0] = rng.standard_normal()
+    for i in range(1, n):
+        x[i] = phi * x[i - 1] + shocks[i]
+    return np.exp(x)
+
+
+_NORMAL = NormalDist()
+#: name: (draw n samples, the true q-quantile), the families latency meets (DESIGN: bimodal,
+#: heavy-tailed, autocorrelated), each with a quantile known in closed form or by bisection.
+TAIL_FAMILIES = {
+    "lognormal sigma 0.5": (
+        lambda rng, n: rng.lognormal(0.0, 0.5, n),
+        lambda q: math.exp(0.5 * _NORMAL.inv_cdf(q)),
+    ),
+    "lognormal sigma 1": (
+        lambda rng, n: rng.lognormal(0.0, 1.0, n),
+        lambda q: math.exp(_NORMAL.inv_cdf(q)),
+    ),
+    "Pareto alpha 2.5": (
+        lambda rng, n: (1 - rng.random(n)) ** (-1 / 2.5),
+        lambda q: (1 - q) ** (-1 / 2.5),
+    ),
+    "bimodal": (
+        lambda rng, n: np.where(
+            rng.random(n) < 0.7, rng.lognormal(0.0, 0.2, n), rng.lognormal(1.5, 0.3, n)
+        ),
+        _bimodal_quantile,
+    ),
+}
+TAIL_CELLS = [(95, n) for n in (100, 300, 1000, 3000)] + [(99, n) for n in (400, 1000, 3000)]
+
+
+def _coverage(draw, true: float, q: float, n: int, trials: int = 400) -> tuple[float, float]:
+    """(share of trials with an interval, share of those covering `true`), seeded."""
+    rng = np.random.default_rng(2026)
+    found = [stats.quantile_interval(draw(rng, n), q) for _ in range(trials)]
+    held = [iv for iv in found if iv is not None]
+    hits = sum(lo <= true <= hi for lo, hi in held)
+    return len(held) / trials, hits / max(len(held), 1)
+
+
+@pytest.mark.parametrize("family", list(TAIL_FAMILIES))
+def test_the_tail_interval_covers_on_the_families_latency_meets(family: str) -> None:
+    # Nominal 95 %, >= 90 % required wherever shown, 400 seeded trials per cell; the table
+    # these cells make is in docs/measurement.md#tails.
+    draw, quantile = TAIL_FAMILIES[family]
+    for q, n in TAIL_CELLS:
+        shown, covered = _coverage(draw, quantile(q / 100), q, n)
+        assert shown == 1.0, (family, q, n)
+        assert covered >= 0.90, (family, q, n, covered)
+
+
+def test_the_tail_interval_assumes_independent_samples() -> None:
+    # Autocorrelated probes (AR(1), phi 0.5) carry less information than their n says: the
+    # interval then covers less than nominal (measured 87.5-95 %, docs/measurement.md#tails),
+    # held here to the floor the docs promise.
+    for q, n in TAIL_CELLS:
+        _, covered = _coverage(_ar1_lognormal, math.exp(_NORMAL.inv_cdf(q / 100)), q, n)
+        assert covered >= 0.80, (q, n, covered)

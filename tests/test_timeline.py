@@ -4,18 +4,20 @@ history as one history (every rollout counted once), failures per bucket, incide
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from factories import make_record
-from rtax.analysis import overlays, status, timeline
+from rtax.analysis import overlays, stats, status, timeline
 from rtax.analysis.maintenance import Window
 from rtax.core.series import Selector, Series
-from rtax.dashboard import data
+from rtax.dashboard import data, figures
 from rtax.store import Store, retention
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
@@ -80,6 +82,36 @@ def test_hourly_summary_points_equal_the_raw_path(store: Store) -> None:
     for column in ("p50", "p95", "success_rate"):
         assert list(summed[column]) == pytest.approx(list(raw[column])), column
     assert list(summed["bucket_start"]) == list(raw["bucket_start"])
+
+
+def test_a_bucket_with_enough_samples_shows_p99_and_its_interval_raw_and_summarized(
+    store: Store,
+) -> None:
+    """400 samples in one hour: p99 is reported (n >= stats.P99_MIN_N) with the
+    order-statistic interval, the raw and the summarized points agree (the sketch is within 1 %
+    beyond 256 samples), and the chart draws p99 dotted with the interval in its hover; an
+    hour of 60 samples says nothing about p99."""
+    values = [0.1 + 0.001 * ((i * 37) % 400) for i in range(400)]
+    for i, v in enumerate(values):
+        _save(store, f"r{i}", T0 + timedelta(seconds=8 * i), v)
+    for i in range(60):
+        _save(store, f"s{i}", T0 + timedelta(hours=1, seconds=30 * i), 0.2)
+    raw = timeline.from_runs(_runs(store), "time_to_first_command_s", 3600)
+    rows = store.summaries.buckets("hour", metrics=["time_to_first_command_s"])
+    summed = timeline.from_summaries(rows, "time_to_first_command_s", "hour")
+    full, few = raw.iloc[0], raw.iloc[1]
+    ordered = sorted(values)
+    lo, hi = stats.interval_ranks(99, 400)
+    assert full["p99"] == pytest.approx(float(np.percentile(ordered, 99)))
+    assert (full["p99_lo"], full["p99_hi"]) == (ordered[lo], ordered[hi])
+    assert full["p95_lo"] <= full["p95"] <= full["p95_hi"]
+    assert math.isnan(few["p99"]) and math.isnan(few["p99_lo"])  # n=60: "n too small"
+    for column in ("p99", "p99_lo", "p99_hi", "p95_lo", "p95_hi"):
+        assert summed.iloc[0][column] == pytest.approx(full[column], rel=0.02), column
+    fig = figures.timeline(raw, [], "time_to_first_command_s")
+    p99 = next(t for t in fig.data if t.name.endswith("p99"))
+    assert p99.line.dash == "dot"
+    assert "95 % interval" in p99.customdata[0][5] and p99.customdata[1][5] == ""
 
 
 def test_folded_and_raw_history_make_one_timeline(db_path: Path) -> None:

@@ -42,7 +42,7 @@ import bisect
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import accumulate
 
 from rtax.analysis import stats
@@ -167,6 +167,12 @@ class Sketch:
         n = self.n
         if n == 0:
             return math.nan
+        value = self._reader()
+        lower, upper, weight = stats.ranks(q, n)
+        return stats.lerp(value(lower), value(upper), weight)
+
+    def _reader(self) -> Callable[[int], float]:
+        """rank (0-based) -> the representative of the bucket holding that rank (bucket mode)."""
         indices = sorted(self.counts)
         # ends[k]: how many samples are at or below bucket k (the zero bucket first).
         ends = list(accumulate([self.counts[i] for i in indices], initial=self.zeros))
@@ -176,8 +182,18 @@ class Sketch:
                 return 0.0
             return representative(indices[bisect.bisect_right(ends, rank) - 1])
 
-        lower, upper, weight = stats.ranks(q, n)
-        return stats.lerp(value(lower), value(upper), weight)
+        return value
+
+    def interval(self, q: float, level: float = stats.INTERVAL_LEVEL) -> tuple[float, float] | None:
+        """The order-statistic interval of the q-th percentile (`stats.interval_ranks`), read at its
+        ranks (within ALPHA in bucket mode); None where it does not hold."""
+        if self.values is not None:
+            return stats.quantile_interval(self.values, q, level)
+        at = stats.interval_ranks(q, self.n, level)
+        if at is None:
+            return None
+        value = self._reader()
+        return value(at[0]), value(at[1])
 
     def to_json(self) -> str:
         if self.values is not None:

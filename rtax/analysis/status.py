@@ -94,6 +94,8 @@ class Card:
     budgets: tuple[Budget, ...] = ()
     #: the last 24 hours' rollouts that failed for rtax's own reasons (not in `runs_24h`)
     own_24h: int = 0
+    #: the day's p99, None where `n` is too small for one (`rtax.analysis.stats.shown`)
+    ttfc_p99_s: float | None = None
 
 
 def judge(
@@ -200,11 +202,12 @@ def cards(
     """A card per series of `seen` (a row per series: its `SERIES` columns and ``last``, the
     newest ``started_at``), worst state first (`STATES`). `day`: per series the last 24
     hours' time-to-first-command (``runs`` (attempts), ``ok``, ``n``, ``p50``, ``p95``,
-    ``harness_errors``); `recent(series)`: its newest runs (`COLUMNS`, within the day for the
-    sparkline); `incidents`: the open ones; `budgets(series)`: the error budgets of the
-    objectives that cover it (`rtax.analysis.slo.budget`); `reached(series)`: when its newest
-    rollout that reached the substrate started (None: none in `LOOKBACK_S`), asked only when
-    none of its `recent` runs did (without it: none did)."""
+    ``p99`` (NaN where n is too small), ``harness_errors``); `recent(series)`: its newest
+    runs (`COLUMNS`, within the day for the sparkline); `incidents`: the open ones;
+    `budgets(series)`: the error budgets of the objectives that cover it
+    (`rtax.analysis.slo.budget`); `reached(series)`: when its newest rollout that reached the
+    substrate started (None: none in `LOOKBACK_S`), asked only when none of its `recent` runs
+    did (without it: none did)."""
     plans = list(plans)
     by_key = {k: row for k, row in _rows(day)}
     open_by: dict[str, list[int]] = {}
@@ -249,6 +252,7 @@ def cards(
                 open_incidents=tuple(open_by.get(key, [])),
                 budgets=budgets(row) if budgets is not None else (),
                 own_24h=int(figures.get("harness_errors", 0) or 0),
+                ttfc_p99_s=_number(figures.get("p99")) if n else None,
             )
         )
     order = {s: i for i, s in enumerate(STATES)}

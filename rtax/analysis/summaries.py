@@ -301,12 +301,19 @@ def combine(rows: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 def latency(
-    rows: pd.DataFrame, metric: str, by: Sequence[str], quantiles: Sequence[float] = (50, 95)
+    rows: pd.DataFrame,
+    metric: str,
+    by: Sequence[str],
+    quantiles: Sequence[float] = (50, 95),
+    *,
+    intervals: bool = False,
 ) -> pd.DataFrame:
     """`stats.latency_table` from summary rows: per group runs (attempts), n, success rate,
-    mean, percentiles, harness errors, and the coarsest resolution (`res_max`)."""
+    mean, percentiles (and with `intervals` their order-statistic intervals, read from the merged
+    sketch), harness errors, and the coarsest resolution (`res_max`)."""
     qs = [f"p{q:g}" for q in quantiles]
-    columns = [*by, "runs", "n", "success_rate", "mean", *qs, "harness_errors", "res_max"]
+    ends = stats.interval_columns(quantiles) if intervals else []
+    columns = [*by, "runs", "n", "success_rate", "mean", *qs, *ends, "harness_errors", "res_max"]
     picked = rows[rows["metric"] == metric] if not rows.empty else rows
     merged = combine(picked, [*by, "metric"])
     if merged.empty:
@@ -319,7 +326,11 @@ def latency(
     sums = zip(merged["sum"], merged["n"], strict=True)
     out["mean"] = [s / n if n else math.nan for s, n in sums]
     for q, name in zip(quantiles, qs, strict=True):
-        out[name] = [s.quantile(q) for s in merged["sketch"]]
+        out[name] = [stats.reported(q, s.n, s.quantile(q)) for s in merged["sketch"]]
+        if intervals and q >= 95:
+            found = [s.interval(q) if stats.shown(q, s.n) else None for s in merged["sketch"]]
+            out[f"{name}_lo"] = [f[0] if f else math.nan for f in found]
+            out[f"{name}_hi"] = [f[1] if f else math.nan for f in found]
     out["harness_errors"] = merged["harness_errors"]
     out["res_max"] = merged["res_max"].astype(float)
     return out[columns].reset_index(drop=True)

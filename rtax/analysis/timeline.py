@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from rtax.analysis import sketch, summaries
+from rtax.analysis import sketch, stats, summaries
 from rtax.analysis.status import STATES
 from rtax.core.failures import OWN_ERRORS
 from rtax.core.record import PHASE_COLUMNS
@@ -64,6 +64,8 @@ COLUMNS = [
     "n",
     "p50",
     "p95",
+    "p99",
+    *stats.interval_columns((95, 99)),
     "success_rate",
     "source",
 ]
@@ -247,9 +249,7 @@ def from_summaries(rows: pd.DataFrame, column: str, bucket: str) -> pd.DataFrame
     ):
         counted = Counter({k: v for k, v in err.items() if k not in OWN_ERRORS})
         point = _point(key, label, start, bucket_s, int(a), int(o), counted, int(h))
-        point["n"] = n
-        point["p50"] = sk.quantile(50) if n else math.nan
-        point["p95"] = sk.quantile(95) if n else math.nan
+        point.update(_tails(n, sk.quantile, sk.interval))
         point["source"] = f"summary ({bucket})"
         out.append(point)
     return pd.DataFrame(out, columns=COLUMNS)
@@ -295,11 +295,26 @@ def _point(
     }
 
 
+def _tails(n: int, quantile: Callable[[float], float], interval: Callable) -> dict[str, Any]:
+    """A point's p50, p95 and p99 (p99 only where `n` allows, `stats.shown`) and the tails'
+    95 % intervals (NaN where the bucket's samples can't bound them), from a bucket's
+    `quantile(q)` and `interval(q)`: the raw and the summarized points alike."""
+    out: dict[str, Any] = {"n": n}
+    for q in (50, 95, 99):
+        out[f"p{q}"] = stats.reported(q, n, quantile(q)) if n else math.nan
+    for q in (95, 99):
+        found = interval(q) if n and stats.shown(q, n) else None
+        out[f"p{q}_lo"], out[f"p{q}_hi"] = found or (math.nan, math.nan)
+    return out
+
+
 def _quantiles(values: np.ndarray, n: int) -> dict[str, Any]:
-    if not n:
-        return {"n": 0, "p50": math.nan, "p95": math.nan}
-    p50, p95 = np.percentile(values, [50, 95])
-    return {"n": n, "p50": float(p50), "p95": float(p95)}
+    ordered = np.sort(values)
+    return _tails(
+        n,
+        lambda q: float(np.percentile(ordered, q)),
+        lambda q: stats.quantile_interval(ordered, q),
+    )
 
 
 def _utc(text: Any) -> pd.Timestamp:

@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from rtax.analysis import slo, status, summaries
+from rtax.analysis import slo, stats, status, summaries
 from rtax.analysis.incidents import stamp
 from rtax.dashboard import objectives
-from rtax.dashboard.format import age, duration, rate
+from rtax.dashboard.format import TOO_FEW, age, duration, rate
 from rtax.store import Store
 
 #: Streamlit's colour names for each state's badge: unknown is grey (no evidence either way),
@@ -64,6 +64,7 @@ def read(
         day["runs"] = day["attempts"]
         day["p50"] = [s.quantile(50) for s in day["sketch"]]
         day["p95"] = [s.quantile(95) for s in day["sketch"]]
+        day["p99"] = [stats.reported(99, s.n, s.quantile(99)) for s in day["sketch"]]
 
     def wanted(row: Any) -> dict[str, Any]:
         return {c: row[c] for c in series} | {"steps": int(row["steps"])}
@@ -100,9 +101,10 @@ def figures(card: status.Card) -> str:
     if card.own_24h:
         success += f"; {card.own_24h:,} failed for rtax's own reasons"
     if card.ttfc_n:
+        p99 = TOO_FEW if card.ttfc_p99_s is None else duration(card.ttfc_p99_s)
         ttfc = (
             f"first command p50 {duration(card.ttfc_p50_s)} · p95 "
-            f"{duration(card.ttfc_p95_s)} (n={card.ttfc_n})"
+            f"{duration(card.ttfc_p95_s)} · p99 {p99} (n={card.ttfc_n})"
         )
     else:
         ttfc = "first command: no successful rollout in 24 h"

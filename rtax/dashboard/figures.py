@@ -257,11 +257,11 @@ def timeline(
     bands: list[dict] | None = None,
     x_range: tuple[pd.Timestamp, pd.Timestamp] | None = None,
 ) -> go.Figure:
-    """p50 (solid) and p95 (dashed) per series over time, one legend entry each, success rate
-    below with failed buckets marked (red x); incidents as shaded spans from their change point
-    (a dotted line) to their end, a baseline's acceptance marked; maintenance windows (`bands`)
-    as pale bands; the x axis over `x_range` (the window in view). Hover gives the bucket, `n`
-    and the source of each point."""
+    """p50 (solid), p95 (dashed) and p99 (dotted, where n allows) per series over time, one
+    legend entry each, success rate below with failed buckets marked (red x); incidents as
+    shaded spans from their change point (a dotted line) to their end, a baseline's acceptance
+    marked; maintenance windows (`bands`) as pale bands; the x axis over `x_range` (the window
+    in view). Hover gives the bucket, `n`, the source of each point and a tail's interval."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -286,8 +286,8 @@ def timeline(
 
 
 def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: str) -> None:
-    """One series' traces: p50 and p95 above (one legend entry, which toggles both), success
-    and its failed buckets below."""
+    """One series' traces: p50, p95 and (where n allows) p99 above, one legend entry toggling
+    them all, the tails' 95 % intervals in their hover; success and its failed buckets below."""
     custom = np.column_stack(
         [
             group["bucket_end"].astype(str),
@@ -298,7 +298,17 @@ def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: st
         ]
     )
     when = "%{x|%Y-%m-%d %H:%M} → %{customdata[0]|%H:%M} UTC"
-    for q, dash in (("p50", "solid"), ("p95", "dash")):
+    for q, dash in (("p50", "solid"), ("p95", "dash"), ("p99", "dot")):
+        if q != "p50" and (q not in group or group[q].isna().all()):
+            continue  # p99 is drawn only where some bucket's n allows it (stats.shown)
+        bounds = [
+            _interval_text(lo, hi)
+            for lo, hi in zip(
+                group.get(f"{q}_lo", np.full(len(group), np.nan)),
+                group.get(f"{q}_hi", np.full(len(group), np.nan)),
+                strict=True,
+            )
+        ]
         fig.add_trace(
             go.Scatter(
                 x=group["bucket_start"],
@@ -307,11 +317,11 @@ def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: st
                 name=series if q == "p50" else f"{series} {q}",
                 legendgroup=series,
                 showlegend=q == "p50",
-                line={"color": color, "dash": dash, "width": 1.5},
-                marker={"size": 4},
-                customdata=custom,
-                hovertemplate=f"<b>{series}</b><br>{when}<br>{q} %{{y:.4g}} s "
-                "(n=%{customdata[1]})<br>%{customdata[3]}<extra></extra>",
+                line={"color": color, "dash": dash, "width": 1.5 if q != "p99" else 1},
+                marker={"size": 4 if q != "p99" else 3},
+                customdata=np.column_stack([custom, bounds]),
+                hovertemplate=f"<b>{series}</b><br>{when}<br>{q} %{{y:.4g}} s"
+                "%{customdata[5]} (n=%{customdata[1]})<br>%{customdata[3]}<extra></extra>",
             ),
             row=1,
             col=1,
@@ -350,6 +360,14 @@ def _timeline_series(fig: go.Figure, series: str, group: pd.DataFrame, color: st
             row=2,
             col=1,
         )
+
+
+def _interval_text(lo: float, hi: float) -> str:
+    """A tail point's 95 % interval for its hover (docs/measurement.md#tails), or nothing where
+    the bucket's samples can't bound it."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return ""
+    return f" [95 % interval {lo:.4g}–{hi:.4g} s]"
 
 
 def _incident_span(fig: go.Figure, span: dict) -> None:

@@ -179,6 +179,7 @@ def text(value: Any) -> str:
 #: Columns whose kind their name's ending does not tell.
 _KINDS: dict[str, Formatter] = {
     **dict.fromkeys(("p50", "p95", "p99", "mean", "seconds"), duration),
+    **dict.fromkeys(("p95_lo", "p95_hi", "p99_lo", "p99_hi"), duration),
     **dict.fromkeys(("seconds_per_trajectory", "seconds_at_crossover"), duration),
     **dict.fromkeys(("n", "runs", "steps", "trajectories", "actions", "rollouts", "id"), count),
     **dict.fromkeys(("harness_errors", "launched", "max_rollouts_per_day", "attempts"), count),
@@ -243,10 +244,14 @@ HEADERS: dict[str, str] = {
     "ttfc_n": "First command n",
     "ttfc_p50_s": "First command p50",
     "ttfc_p95_s": "First command p95",
+    "ttfc_p99_s": "First command p99",
+    "ttfc_p99_lo_s": "First command p99 from (95 %)",
+    "ttfc_p99_hi_s": "First command p99 to (95 %)",
     "ttfc_res_s": "First command resolution",
     "episode_n": "Episode n",
     "episode_p50_s": "Episode p50",
     "episode_p95_s": "Episode p95",
+    "episode_p99_s": "Episode p99",
     "episode_res_s": "Episode resolution",
     "idle_memory_n": "Idle memory n",
     "idle_memory_p50_bytes": "Memory held idle p50",
@@ -257,6 +262,10 @@ HEADERS: dict[str, str] = {
     "p50": "p50",
     "p95": "p95",
     "p99": "p99",
+    "p95_lo": "p95 from (95 %)",
+    "p95_hi": "p95 to (95 %)",
+    "p99_lo": "p99 from (95 %)",
+    "p99_hi": "p99 to (95 %)",
     "seconds": "Trajectory time",
     "per_action_s": "Per action",
     "fixed_s": "Fixed",
@@ -366,10 +375,20 @@ def ordered(columns: Sequence[str]) -> list[str]:
     return out
 
 
+#: A p99 column: blank there means too few samples (`rtax.analysis.stats.shown`), said so.
+_P99 = re.compile(r"^(?:[a-z0-9]+_)?p99(?:_s)?$")
+TOO_FEW = "n too small"
+
+
 def column(name: str, values: pd.Series) -> list[str]:
     """The display strings of column `name`: its formatter cell by cell, the missing cells
     blank (a column of numbers is formatted without asking each cell what it is: the Data
-    page's previews have tens of thousands of cells)."""
+    page's previews have tens of thousands of cells), "n too small" in a p99 column."""
+    cells = _cells(name, values)
+    return [TOO_FEW if c == "" else c for c in cells] if _P99.match(name) else cells
+
+
+def _cells(name: str, values: pd.Series) -> list[str]:
     write = formatter(name, values)
     if write is stamp:
         moments = pd.to_datetime(values, utc=True, format="ISO8601", errors="coerce")

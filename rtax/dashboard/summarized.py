@@ -17,7 +17,7 @@ import pandas as pd
 from rtax.analysis import stats, summaries
 from rtax.core.record import PHASE_COLUMNS
 from rtax.core.series import DIMENSIONS, series_name, workload_name
-from rtax.dashboard.tables import GROUP, OVERVIEW_COLUMNS, PHASES, _age, disclosed
+from rtax.dashboard.tables import GROUP, OVERVIEW_COLUMNS, PHASES, TAILS, _age, _tails, disclosed
 from rtax.planning import projection
 
 #: The metrics the Overview reads.
@@ -39,16 +39,16 @@ def _disclose(table: pd.DataFrame, against: str) -> list[float]:
 
 def overview(rows: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     """`tables.overview` from summary rows."""
-    ttfc = summaries.latency(rows, "time_to_first_command_s", [*GROUP, "fidelity"])
-    episode = summaries.latency(rows, "episode_s", [*GROUP, "fidelity"])
+    by = [*GROUP, "fidelity"]
+    ttfc = summaries.latency(rows, "time_to_first_command_s", by, TAILS, intervals=True)
+    episode = summaries.latency(rows, "episode_s", by, TAILS)
     if ttfc.empty:
         return pd.DataFrame(columns=list(OVERVIEW_COLUMNS))
     wall = summaries.combine(rows[rows["metric"] == "wall_s"], [*GROUP, "metric"])
     out = ttfc[[*GROUP, "fidelity", "runs", "success_rate", "harness_errors"]].copy()
-    out["ttfc_p50_s"], out["ttfc_p95_s"], out["ttfc_n"] = ttfc["p50"], ttfc["p95"], ttfc["n"]
+    _tails(out, "ttfc", ttfc, intervals=True)
     out["ttfc_res_s"] = _disclose(ttfc, "p50")
-    out["episode_p50_s"], out["episode_p95_s"] = episode["p50"], episode["p95"]
-    out["episode_n"] = episode["n"]
+    _tails(out, "episode", episode)
     out["episode_res_s"] = _disclose(episode, "p50")
     out["last_probe_age_s"] = _age(wall["last_started_at"], now or datetime.now(UTC)).to_numpy()
     return out[list(OVERVIEW_COLUMNS)].reset_index(drop=True)
@@ -56,7 +56,7 @@ def overview(rows: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
 
 def cold_start(rows: pd.DataFrame) -> pd.DataFrame:
     """`tables.cold_start` from the summary rows of one tier's fixed script."""
-    table = summaries.latency(rows, "episode_s", ["series", "fidelity"], (50, 95, 99))
+    table = summaries.latency(rows, "episode_s", ["series", "fidelity"], TAILS, intervals=True)
     table["res_s"] = _disclose(table, "p50") if not table.empty else []
     table = table.drop(columns=["res_max"])
     return table.sort_values("p50", na_position="last").reset_index(drop=True)
@@ -72,7 +72,8 @@ def cold_start_all(rows: pd.DataFrame) -> pd.DataFrame:
         parts.append(table)
     if not parts:
         columns = ["tier", "series", "fidelity", "runs", "n", "success_rate", "mean"]
-        return pd.DataFrame(columns=[*columns, "p50", "p95", "p99", "res_s"])
+        ends = stats.interval_columns(TAILS)
+        return pd.DataFrame(columns=[*columns, "p50", "p95", "p99", *ends, "res_s"])
     return pd.concat(parts, ignore_index=True)
 
 
@@ -96,10 +97,13 @@ def phase_means(rows: pd.DataFrame) -> pd.DataFrame:
 
 def phase_percentiles(rows: pd.DataFrame) -> pd.DataFrame:
     """`tables.phase_percentiles` from summary rows."""
-    columns = ["series", "workload", "phase", "n", "p50", "p95", "res_s", "mean", "success_rate"]
+    columns = [
+        *("series", "workload", "phase", "n", "p50", "p95", "p99"),
+        *("res_s", "mean", "success_rate"),
+    ]
     parts = []
     for phase in PHASES:
-        table = summaries.latency(rows, f"{phase}_s", ["series", "workload"])
+        table = summaries.latency(rows, f"{phase}_s", ["series", "workload"], TAILS)
         if table.empty:
             continue
         table["phase"] = phase

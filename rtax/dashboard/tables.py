@@ -28,14 +28,22 @@ OVERVIEW_COLUMNS = (
     "harness_errors",
     "ttfc_p50_s",
     "ttfc_p95_s",
+    "ttfc_p99_s",
+    "ttfc_p99_lo_s",
+    "ttfc_p99_hi_s",
     "ttfc_n",
     "ttfc_res_s",
     "episode_p50_s",
     "episode_p95_s",
+    "episode_p99_s",
     "episode_n",
     "episode_res_s",
     "last_probe_age_s",
 )
+#: The percentiles a table of latencies shows: p99 only where n allows it (`stats.shown`,
+#: "n too small" on the page otherwise), with its 95 % interval (`stats.quantile_interval`)
+#: where the sample bounds it.
+TAILS = (50, 95, 99)
 #: The parts of wall time, as `stats.phase_summary` names them.
 PHASES = tuple(c.removesuffix("_s") for c in PHASE_COLUMNS)
 #: A resolution is shown beside a percentile once it exceeds this share of it
@@ -89,6 +97,18 @@ def _age(started_at: pd.Series, now: datetime) -> pd.Series:
     return (pd.Timestamp(now) - stamps).dt.total_seconds()
 
 
+def _tails(out: pd.DataFrame, name: str, table: pd.DataFrame, intervals: bool = False) -> None:
+    """`table`'s n and percentiles (`TAILS`) into `out` as ``<name>_n``, ``<name>_p50_s``, ...,
+    with p99's interval (``<name>_p99_lo_s``, ``<name>_p99_hi_s``) when asked: the Overview's
+    layout, whichever twin computed `table`."""
+    for q in TAILS:
+        out[f"{name}_p{q}_s"] = table[f"p{q}"].to_numpy()
+    if intervals:
+        out[f"{name}_p99_lo_s"] = table["p99_lo"].to_numpy()
+        out[f"{name}_p99_hi_s"] = table["p99_hi"].to_numpy()
+    out[f"{name}_n"] = table["n"].to_numpy()
+
+
 def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     """Per series x tier x steps: time-to-first-command and episode p50/p95 with n, success
     rate, harness errors apart (rtax's own failures, not in `runs`), seconds since the last
@@ -97,12 +117,13 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=columns)
     now = now or datetime.now(UTC)
-    ttfc = stats.latency_table(runs, "time_to_first_command_s", by=GROUP, quantiles=(50, 95))
-    episode = stats.latency_table(runs, "episode_s", by=GROUP, quantiles=(50, 95))
+    ttfc = stats.latency_table(
+        runs, "time_to_first_command_s", by=GROUP, quantiles=TAILS, intervals=True
+    )
+    episode = stats.latency_table(runs, "episode_s", by=GROUP, quantiles=TAILS)
     out = ttfc[[*GROUP, "runs", "success_rate", "harness_errors"]].copy()
-    out["ttfc_p50_s"], out["ttfc_p95_s"], out["ttfc_n"] = ttfc["p50"], ttfc["p95"], ttfc["n"]
-    out["episode_p50_s"], out["episode_p95_s"] = episode["p50"], episode["p95"]
-    out["episode_n"] = episode["n"]
+    _tails(out, "ttfc", ttfc, intervals=True)
+    _tails(out, "episode", episode)
     out["ttfc_res_s"] = _with_resolution(ttfc, runs, "time_to_first_command_s", GROUP, "p50")
     out["episode_res_s"] = _with_resolution(episode, runs, "episode_s", GROUP, "p50")
     grouped = runs.groupby(list(GROUP), sort=True)
@@ -114,10 +135,11 @@ def overview(runs: pd.DataFrame, now: datetime | None = None) -> pd.DataFrame:
 
 
 def cold_start(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per series: n, success rate and p50/p95/p99 of the episode time (the tier's cold start).
-    Give it the runs of one tier (and the fixed scripts: steps 0)."""
+    """Per series: n, success rate and p50/p95/p99 of the episode time (the tier's cold start),
+    with the tails' 95 % intervals. Give it the runs of one tier (and the fixed scripts:
+    steps 0)."""
     table = stats.latency_table(
-        runs, "episode_s", by=("series", "fidelity"), quantiles=(50, 95, 99)
+        runs, "episode_s", by=("series", "fidelity"), quantiles=TAILS, intervals=True
     )
     table["res_s"] = _with_resolution(table, runs, "episode_s", ("series", "fidelity"), "p50")
     return table.sort_values("p50", na_position="last").reset_index(drop=True)
@@ -135,15 +157,18 @@ def spread(table: pd.DataFrame, fidelity: str = "real") -> tuple[float, str | No
 
 
 def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per series x workload x phase, over successful runs: n, p50, p95, mean (seconds).
-    By workload (tier and trajectory length), like the bars: a T2 fix and a 150-step
-    trajectory are different things."""
-    columns = ["series", "workload", "phase", "n", "p50", "p95", "res_s", "mean", "success_rate"]
+    """Per series x workload x phase, over successful runs: n, p50, p95, p99 (where `n` allows
+    it), mean (seconds). By workload (tier and trajectory length), like the bars: a T2 fix and
+    a 150-step trajectory are different things."""
+    columns = [
+        *("series", "workload", "phase", "n", "p50", "p95", "p99"),
+        *("res_s", "mean", "success_rate"),
+    ]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     for (series, workload), group in runs.groupby(["series", "workload"], sort=True):
-        table = stats.phase_summary(group)
+        table = stats.phase_summary(group, TAILS)
         # the phases of the series' launch type (a warm series has no create, a cold no claim)
         launch = group["launch_type"].iloc[0] if "launch_type" in group else None
         had = [*phases_of(launch), "overhead"]
@@ -157,6 +182,7 @@ def phase_percentiles(runs: pd.DataFrame) -> pd.DataFrame:
                     "n": row.n,
                     "p50": row.p50,
                     "p95": row.p95,
+                    "p99": row.p99,
                     "res_s": disclosed(_resolution(group, f"{row.phase}_s"), row.p50),
                     "mean": row.mean,
                     "success_rate": row.success_rate,
@@ -284,7 +310,7 @@ def cold_start_all(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(
             columns=[
                 *("tier", "series", "runs", "n", "success_rate"),
-                *("mean", "p50", "p95", "p99", "res_s"),
+                *("mean", "p50", "p95", "p99", *stats.interval_columns(TAILS), "res_s"),
             ]
         )
     return pd.concat(parts, ignore_index=True)
