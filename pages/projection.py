@@ -24,6 +24,9 @@ from rtax.substrates.base import FIDELITIES
 #: One fit per sample and failure policy (the costly part); every B, G and x is then read from
 #: it in milliseconds (rtax.planning.steptime).
 _fit = st.cache_data(max_entries=16, show_spinner=False)(steptime.fit)
+#: One pool simulation per pool input set: a burst of 5,000 claims is a fifth of a second of
+#: pure Python, which a move of any other slider should not pay again.
+_simulate = st.cache_data(max_entries=16, show_spinner=False)(poolmodel.simulate)
 
 st.title("Projection")
 chosen = filters.current()
@@ -255,7 +258,7 @@ elif cold:
         int(claims),
         int(refill),
     )
-    pool = poolmodel.simulate(
+    pool = _simulate(
         refill_s,
         poolmodel.arrivals(shape, int(claims), every_ms / 1000),
         int(pool_size),
@@ -311,10 +314,11 @@ elif cold:
             "these samples."
         )
     st.caption(
-        f"Predicted from {drawn}; {pool.n:,} simulated claims (200 seeded repeats). A pool "
-        "refills with cold starts whichever launch path is chosen above. A claim that finds "
-        "the pool empty waits, first come first served, for the next environment to become "
-        "ready; a slot's refill is asked for when its claim is served, as in the real pool. "
+        f"Predicted from {drawn}; {pool.n:,} simulated claims ({pool.repeats} seeded "
+        "repeats; fewer for bursts beyond 1,000 claims). A pool refills with cold starts "
+        "whichever launch path is chosen above. A claim that finds the pool empty waits, "
+        "first come first served, for the next environment to become ready; a slot's "
+        "refill is asked for when its claim is served, as in the real pool. "
         f"{contention} (docs/measurement.md#warm-pool-model)"
     )
 

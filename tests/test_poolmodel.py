@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rtax.planning import poolmodel
-from rtax.planning.poolmodel import arrivals, simulate, waits
+from rtax.planning.poolmodel import arrivals, repeats_for, simulate, waits
 
 
 def test_arrivals_of_each_shape() -> None:
@@ -164,3 +164,21 @@ def test_a_drained_pool_works_its_refills_and_the_rollouts_they_served() -> None
     for bad in ((0, 1), (5, 0), (2.5, 1)):
         with pytest.raises(ValueError, match="whole numbers"):
             poolmodel.contended_level(*bad)
+
+
+def test_large_bursts_run_fewer_repeats_within_a_claim_budget() -> None:
+    # 200 repeats up to 1,000 claims; beyond, CLAIM_BUDGET claims in all, never under 20.
+    assert [repeats_for(n) for n in (1, 50, 1_000, 2_000, 5_000, 100_000)] == [
+        200,
+        200,
+        200,
+        100,
+        40,
+        20,
+    ]
+    got = simulate([1.0], arrivals("burst", 5_000), 10, 10)
+    assert (got.repeats, got.n) == (40, 200_000)
+    # the same drains the same: a burst of 5,000 on 10 ready, refilled 10 at a time with 1 s
+    # cold starts, waits 1 s per ten claims beyond the first ten
+    assert got.drain_probability == 1.0
+    assert got.p50_s == pytest.approx(249.5, abs=0.5)

@@ -43,7 +43,9 @@ waiting j × c.
 
 Percentiles pool the claims of every repeat (one distribution of a claim's latency) and use the
 one definition of rtax.analysis.stats (linear interpolation). `drain_probability` is the share of
-repeats in which at least one claim waited.
+repeats in which at least one claim waited. The repeats are 200 up to a burst of 1,000 claims
+and then as many as 200,000 simulated claims allow (`repeats_for`; 40 for the page's largest
+burst of 5,000), so a slider move stays within a second.
 """
 
 from __future__ import annotations
@@ -74,6 +76,23 @@ class PoolPrediction:
     mean_wait_s: float
     #: claims simulated: len(arrivals) x repeats
     n: int
+    #: the seeded runs of the pool they came from (`repeats_for` unless the caller chose)
+    repeats: int = 0
+
+
+#: The most claims `simulate` draws by default, over all its repeats: the loop over claims is
+#: pure Python (two heaps, ~1 µs a claim), so 200 repeats of the Projection page's largest burst
+#: (5,000 claims) took 1.2 s of a slider move's 1 s (benchmarks/bench_browser.py).
+CLAIM_BUDGET = 200_000
+#: ... and the fewest repeats it runs: the chance of draining is a share of repeats.
+MIN_REPEATS = 20
+
+
+def repeats_for(claims: int) -> int:
+    """The default repeats for a run of `claims`: 200 up to 1,000 claims, then as many as
+    `CLAIM_BUDGET` allows, never fewer than `MIN_REPEATS` (a burst of 5,000: 40 repeats,
+    200,000 claims, which still put a p99 on 2,000 claims beyond it)."""
+    return max(MIN_REPEATS, min(200, CLAIM_BUDGET // max(int(claims), 1)))
 
 
 def arrivals(shape: str, n: int, every_s: float = 0.0) -> list[float]:
@@ -120,12 +139,15 @@ def waits(
     ready = [0.0] * pool_size  # a heap: when each environment not yet claimed is ready
     free = [0.0] * refill_concurrency  # a heap: when each refill worker is next free
     out = np.empty_like(times)
+    # heapreplace pops the earliest and pushes its successor in one sift (half a pop's and a
+    # push's work): the environment claimed is replaced by its refill, the worker by its next
+    # free moment.
     for i, (asked, took) in enumerate(zip(times.tolist(), creations.tolist(), strict=True)):
-        served = max(asked, heapq.heappop(ready))
+        served = max(asked, ready[0])
         out[i] = served - asked
-        done = max(served, heapq.heappop(free)) + took  # its slot's refill, asked for now
-        heapq.heappush(free, done)
-        heapq.heappush(ready, done)
+        done = max(served, free[0]) + took  # its slot's refill, asked for now
+        heapq.heapreplace(free, done)
+        heapq.heapreplace(ready, done)
     return out
 
 
@@ -159,13 +181,14 @@ def simulate(
     refill_concurrency: int,
     *,
     claim_s: Sequence[float] | float = 0.0,
-    repeats: int = 200,
+    repeats: int | None = None,
     seed: int = 0,
 ) -> PoolPrediction:
     """Claim latency percentiles and the chance of draining for a pool of `pool_size` ready
     environments, refilled `refill_concurrency` at a time, under claims at `arrivals_s` (see
     the module docstring for the semantics). Cold times (and claim costs, if a list) are drawn
-    with replacement from the measured samples with a seeded generator, `repeats` times."""
+    with replacement from the measured samples with a seeded generator, `repeats` times
+    (default `repeats_for` the number of claims)."""
     cold = _samples(cold_s, "cold_s")
     claim = _samples(claim_s, "claim_s")
     times = np.asarray(arrivals_s, dtype=float)
@@ -177,6 +200,8 @@ def simulate(
         raise ValueError("pool_size must be a whole number >= 1 (the real pool's bound)")
     if not is_whole(refill_concurrency, low=1) or refill_concurrency > pool_size:
         raise ValueError("refill_concurrency must be a whole number from 1 to pool_size")
+    if repeats is None:
+        repeats = repeats_for(times.size)
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     rng = np.random.default_rng(seed)
@@ -193,4 +218,5 @@ def simulate(
         float(np.mean(np.any(every_wait > 0, axis=1))),
         float(every_wait.mean()),
         int(latency.size),
+        int(repeats),
     )
