@@ -85,6 +85,7 @@ bench: fixtures docker
 	$(PY) benchmarks/bench_paths.py
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_dashboard.py
+	$(PY) benchmarks/bench_browser.py
 	$(PY) benchmarks/bench_backup.py
 	$(PY) benchmarks/bench_ray.py
 	$(PY) -m rtax detection-eval
