@@ -193,25 +193,32 @@ def test_a_second_scheduler_refuses(tmp_path: Path, scheduler_of) -> None:
     assert done.stderr.strip().splitlines()[-1].startswith("rtax schedule: error: another")
 
 
+#: The substrate name of the SIGKILL test's docker, which no other test uses.
+SIGKILLED = "docker-sigkilled"
+
+
 def test_sigkill_mid_rollout_leaves_no_partial_rows_and_next_start_reaps(
     tmp_path: Path, runner_image: str
 ) -> None:
-    plans = """
+    # A substrate name of its own: a reaper lists only its substrates' leftovers, and this
+    # orphan's owner is dead, so any other test's scheduler or `rtax reap` on a "docker" of its
+    # own would remove it first on a shared engine (CI: the orphan went, reaped by another).
+    plans = f"""
 [[plans]]
 name = "traj"
-substrates = ["docker"]
+substrates = ["{SIGKILLED}"]
 tier = "T2"
 steps = 50
 interval = "1h"
 """
-    extra = '[[substrates]]\nname = "docker"\nkind = "docker"\n'
+    extra = f'[[substrates]]\nname = "{SIGKILLED}"\nkind = "docker"\n'
     conf = _config(tmp_path, plans, extra)
     env = {**os.environ, "RTAX_LOCAL_ROOT": str(tmp_path / "envs")}
     cmd = [sys.executable, "-m", "rtax", "schedule", "--config", str(conf.path)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     from rtax.substrates.docker.substrate import DockerSubstrate
 
-    docker = DockerSubstrate()
+    docker = DockerSubstrate(name=SIGKILLED)
     try:
         # mid-rollout: the container exists and actions are running
         victim = wait_for(
@@ -242,7 +249,7 @@ interval = "1h"
     finally:
         again.send_signal(signal.SIGTERM)
         _, err = again.communicate(timeout=DEADLINE_S)
-    assert b"reaped docker leftover" in err
+    assert f"reaped {SIGKILLED} leftover {victim.env_id}".encode() in err
 
 
 def test_health_reports_what_is_missing(tmp_path: Path, scheduler_of, capsys) -> None:
