@@ -490,6 +490,19 @@ def test_harness_errors_are_shown_apart_and_never_lower_a_success_rate() -> None
     assert math.isnan(stats.success_rate(only_harness))  # no attempt: no rate, not 0 %
 
 
+def test_p99_is_reported_from_100_samples_and_never_from_fewer() -> None:
+    # 100 / (100 - 99): below it a page says "n too small" (docs/measurement.md#tails).
+    def p99_of(n: int) -> float:
+        runs = pd.DataFrame(
+            {"substrate": "local", "tier": "T0", "steps": 0, "status": "ok", "episode_s": range(n)}
+        )
+        return stats.latency_table(runs, "episode_s", by=("substrate",)).iloc[0]["p99"]
+
+    assert math.isnan(p99_of(99))
+    assert p99_of(100) == pytest.approx(98.01)  # rank 0.99 x 99 = 98.01 of 0..99
+    assert not stats.shown(99, 99) and stats.shown(99, 100) and stats.shown(95, 1)
+
+
 def test_the_order_statistic_interval_is_hand_checked() -> None:
     # Median of 10: P(Binomial(10, 1/2) <= 1) = 11/1024 <= 2.5 %, so x(2)..x(9) (1-based),
     # the textbook 97.9 % interval; 0-based ranks 1..8.
