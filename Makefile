@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock fixtures docker browser prometheus run demo test lint bench detection-eval faults clean
+.PHONY: venv lock fixtures docker browser prometheus run demo test lint bench detection-eval faults soak clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,13 @@ detection-eval: venv
 FAULTS_SIZE ?= full
 faults: fixtures docker
 	$(PY) -m rtax.faultsuite --size $(FAULTS_SIZE)
+
+# The soak (docs/soak.md): the scheduler with the shipped plans 10x faster for SOAK_MIN minutes,
+# the dashboard read by Chromium, Prometheus scraping /metrics, a local webhook; its memory,
+# files, threads and WAL sampled, slopes and a verdict per target, exit 1 on a miss. CI: 5 min.
+SOAK_MIN ?= 60
+soak: fixtures docker browser prometheus
+	$(PY) benchmarks/soak.py --minutes $(SOAK_MIN)
 
 clean:
 	rm -rf $(VENV) data/fixtures data/cache .pytest_cache .ruff_cache test-artifacts

@@ -86,6 +86,8 @@ class Dispatcher:
                 vantage=vantage,
             )
             future = self.engine.submit(spec)
+            # counted against what is stored, spooled or abandoned at stop (`make soak`)
+            log.info("rollout started: %s %s (plan %s)", conf.name, plan.tier, plan.name)
         finally:
             if future is None:  # skipped, or it could not be handed over: the slot is free
                 self._free(conf, started)
@@ -140,8 +142,9 @@ class Dispatcher:
         slot."""
         try:
             record = future.result()
-            if record is None:
-                return  # stopping: half a rollout is no sample, and no failure either
+            if record is None:  # stopping: half a rollout is no sample, and no failure either
+                log.info("rollout abandoned (stopping): %s (plan %s)", conf.name, plan.name)
+                return
             self.keep(record, plan, scheduled)
             run = record.run
             log.info(

@@ -1,0 +1,135 @@
+"""The soak's figures (benchmarks/soak.py, docs/soak.md): slopes, floors, the accounting of
+started rollouts and the verdicts, from hand-made samples; and the fast configuration it makes
+from the shipped rtax.toml, checked by the real config loader.
+
+Why: the soak runs for an hour and prints a verdict; a verdict that passed a leak (or failed a
+flat line) must fail here, in seconds, not after the hour.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import soak  # noqa: E402  (a script beside the benchmarks, not a package)
+from soak import Accounting, Sample  # noqa: E402
+
+from rtax.settings import config as rtax_config  # noqa: E402
+
+
+def test_slope_per_hour_of_a_line_and_of_too_little() -> None:
+    # 2 MB every 30 minutes is 4 MB an hour
+    assert soak.slope_per_hour([(0, 100.0), (1800, 102.0), (3600, 104.0)]) == pytest.approx(4.0)
+    assert soak.slope_per_hour([(10, 1.0)]) is None
+    assert soak.slope_per_hour([(10, 1.0), (10, 2.0)]) is None
+
+
+def test_floor_rise_ignores_busy_peaks_and_sees_a_leak() -> None:
+    # a rollout in flight holds files: peaks come and go, the floor stays
+    assert soak.floor_rise([10, 18, 10, 17, 10, 19, 10, 18]) == 0
+    # one file more after every rollout: the floor climbs
+    assert soak.floor_rise([10, 18, 11, 19, 12, 20, 13, 21]) == 2
+    assert soak.floor_rise([10, 11, 12]) is None
+
+
+def test_warm_up_is_ten_minutes_or_a_third_of_a_short_run() -> None:
+    assert soak.warm_up_s(60) == 600
+    assert soak.warm_up_s(5) == 100
+
+
+def _samples(minutes: float, every_s: float, rss_per_h: float, fd_leak: int = 0) -> list[Sample]:
+    out, t, i = [], 0.0, 0
+    while t <= minutes * 60:
+        busy = 6 if i % 2 else 0
+        out.append(Sample(t, 80 + rss_per_h * t / 3600, 12 + busy + fd_leak * i, 9, 1.0, 0.5))
+        t += every_s
+        i += 1
+    return out
+
+
+def _judged(samples: list[Sample], minutes: float, acc: Accounting) -> dict[str, bool | None]:
+    return {v.target: v.ok for v in soak.verdicts(samples, minutes, acc)}
+
+
+def _clean() -> Accounting:
+    acc = Accounting(started=3, abandoned=1)
+    acc.finished = {"a": "local", "b": "docker"}
+    acc.stored, acc.spooled = 1, 1
+    return acc
+
+
+def test_an_hour_that_holds_every_target() -> None:
+    got = _judged(_samples(60, 60, rss_per_h=1.0), 60, _clean())
+    assert got == {
+        "resident memory": True,
+        "open files": True,
+        "threads": True,
+        "WAL": True,
+        "rollouts accounted for": True,
+    }
+
+
+def test_an_hour_that_leaks_memory_and_files_misses_both() -> None:
+    got = _judged(_samples(60, 60, rss_per_h=12.0, fd_leak=1), 60, _clean())
+    assert got["resident memory"] is False
+    assert got["open files"] is False
+    assert got["threads"] is True
+
+
+def test_a_short_run_prints_the_memory_slope_but_does_not_judge_it() -> None:
+    verdict = next(
+        v
+        for v in soak.verdicts(_samples(5, 6, rss_per_h=40.0), 5, _clean())
+        if v.target == "resident memory"
+    )
+    assert verdict.ok is None
+    assert "+40.0 MB/h" in verdict.figure and "not judged" in verdict.figure
+
+
+def test_a_big_wal_misses() -> None:
+    samples = _samples(60, 60, rss_per_h=0.0)
+    samples[30] = Sample(samples[30].t, 80, 12, 9, 1.0, 70.0)
+    assert _judged(samples, 60, _clean())["WAL"] is False
+
+
+def test_accounting_finds_a_started_rollout_that_vanished() -> None:
+    lines = [
+        "x INFO rollout started: local T0 (plan cold-start)",
+        "x INFO rollout finished: local ok [run aa11]",
+        "x INFO rollout started: docker T0 (plan cold-start)",
+        "x INFO rollout started: docker T1 (plan inspect)",
+        "x INFO rollout abandoned (stopping): docker (plan inspect)",
+    ]
+    acc = Accounting()
+    soak.account(lines, acc)
+    acc.stored = 1
+    assert (acc.started, len(acc.finished), acc.abandoned) == (3, 1, 1)
+    assert acc.unaccounted == 1  # the docker T0: started, never finished nor abandoned
+    acc.finished["bb22"] = "docker"
+    assert acc.unaccounted == 1  # announced now, but neither stored nor spooled
+    acc.spooled = 1
+    assert acc.unaccounted == 0
+    assert _judged(_samples(60, 60, 0.0), 60, acc)["rollouts accounted for"] is True
+    assert _judged(_samples(60, 60, 0.0), 60, Accounting())["rollouts accounted for"] is False
+
+
+def test_the_fast_config_is_the_shipped_one_ten_times_faster(tmp_path: Path) -> None:
+    shipped = rtax_config.load(ROOT / "rtax.toml")
+    path = tmp_path / "soak.toml"
+    path.write_text(soak.fast_config((ROOT / "rtax.toml").read_text(), tmp_path / "s.db", 9999))
+    fast = rtax_config.load(path)
+    assert str(fast.database) == str(tmp_path / "s.db")
+    assert fast.metrics.port == 9999
+    assert [p.name for p in fast.plans] == [p.name for p in shipped.plans]
+    for mine, theirs in zip(fast.plans, shipped.plans, strict=True):
+        assert mine.interval_s == pytest.approx(theirs.interval_s / soak.SPEED)
+        assert mine.jitter_s == pytest.approx(max(1, round(theirs.jitter_s / soak.SPEED)))
+    # everything else as shipped
+    assert fast.slos == shipped.slos
+    assert fast.retention == shipped.retention
+    assert fast.concurrency == shipped.concurrency
