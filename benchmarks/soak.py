@@ -279,15 +279,16 @@ def report(
             )
     for label, value in extra.items():
         lines.append(f"{label}: {value}")
-    missed = 0
+    missed, judged = 0, 0
     for v in verdicts(samples, minutes, acc):
+        judged += v.ok is not None
         word = "not judged" if v.ok is None else ("meets target" if v.ok else "MISSES target")
         missed += v.ok is False
         lines.append(f"{v.target}: {v.figure}: {word}")
     lines += [f"FAILED: {p}" for p in problems]
-    summary = "every judged target met" if not missed else f"{missed} targets MISSED"
+    summary = f"all {judged} judged targets met" if not missed else f"{missed} of {judged} MISSED"
     if problems:
-        summary += f"; {len(problems)} other failures"
+        summary += f"; {len(problems)} other failure{'s' * (len(problems) > 1)}"
     lines.append(f"rtax soak summary: {summary}")
     return "\n".join(lines)
 
@@ -400,29 +401,34 @@ class Reader:
     def _run(self) -> None:
         from browser import chromium  # the browser tests' helpers (tests/browser.py)
 
+        try:
+            with chromium() as browser:
+                self._read(browser)
+        except BaseException as exc:  # no browser at all (a skip or a failed launch) fails too
+            self.failed[f"Chromium: {type(exc).__name__}: {str(exc)[:120]}"] += 1
+
+    def _read(self, browser: Any) -> None:
         timeout_ms = LOAD_TIMEOUT_S * 1000
-        with contextlib.ExitStack() as stack:
-            browser = stack.enter_context(chromium())
-            i = 0
-            while not self.stop.is_set():
-                began = time.monotonic()
-                path = PAGES[i % len(PAGES)]
-                i += 1
-                page = browser.new_page(viewport={"width": 1400, "height": 1200})
-                try:
-                    page.set_default_timeout(timeout_ms)
-                    page.goto(f"{self.url}/{path}", timeout=timeout_ms)
-                    page.locator("h1").first.wait_for()
-                    page.wait_for_load_state("networkidle")
-                    if page.locator('[data-testid="stException"]').count():
-                        self.failed[f"{path or 'overview'}: an exception on the page"] += 1
-                    else:
-                        self.loads += 1
-                except Exception as exc:
-                    self.failed[f"{path or 'overview'}: {type(exc).__name__}"] += 1
-                finally:
-                    page.close()
-                self.stop.wait(max(0.0, READ_EVERY_S - (time.monotonic() - began)))
+        i = 0
+        while not self.stop.is_set():
+            began = time.monotonic()
+            path = PAGES[i % len(PAGES)]
+            i += 1
+            page = browser.new_page(viewport={"width": 1400, "height": 1200})
+            try:
+                page.set_default_timeout(timeout_ms)
+                page.goto(f"{self.url}/{path}", timeout=timeout_ms)
+                page.locator("h1").first.wait_for()
+                page.wait_for_load_state("networkidle")
+                if page.locator('[data-testid="stException"]').count():
+                    self.failed[f"{path or 'overview'}: an exception on the page"] += 1
+                else:
+                    self.loads += 1
+            except Exception as exc:
+                self.failed[f"{path or 'overview'}: {type(exc).__name__}"] += 1
+            finally:
+                page.close()
+            self.stop.wait(max(0.0, READ_EVERY_S - (time.monotonic() - began)))
 
 
 def _proc(pid: int) -> tuple[float, int, int]:
@@ -558,6 +564,7 @@ def run(minutes: float, keep: bool = False) -> int:
             extra["scheduler deaths"] = "; ".join(scheduler.deaths)
         problems = [
             *(["a dashboard page load failed"] if reader.failed else []),
+            *([] if reader.loads else ["the dashboard's reader loaded no page"]),
             *(["'database is locked' in the scheduler's log"] if follower.locked else []),
             *(["the scheduler died"] if scheduler.deaths or "scheduler" in extra else []),
             *([] if scraped else ["Prometheus's scrapes of /metrics"]),

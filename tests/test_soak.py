@@ -133,3 +133,13 @@ def test_the_fast_config_is_the_shipped_one_ten_times_faster(tmp_path: Path) -> 
     assert fast.slos == shipped.slos
     assert fast.retention == shipped.retention
     assert fast.concurrency == shipped.concurrency
+
+
+def test_the_report_names_each_verdict_and_the_other_failures() -> None:
+    text = soak.report(
+        _samples(60, 60, rss_per_h=12.0), 60, _clean(), {"webhook posts": 3}, ["the scheduler died"]
+    )
+    assert "resident memory: +12.00 MB/h after the warm-up" in text
+    assert "MISSES target" in text and "webhook posts: 3" in text
+    assert "FAILED: the scheduler died" in text
+    assert text.splitlines()[-1] == "rtax soak summary: 1 of 5 MISSED; 1 other failure"
