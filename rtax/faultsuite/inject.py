@@ -9,16 +9,20 @@ counted when the emulation takes them (`count_takes`), not when they are planted
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rtax.faultsuite.disk import SmallDisk
 from rtax.faultsuite.dockerd import PrivateEngine
 from rtax.faultsuite.scenario import LOST_ANSWER_S
+from rtax.substrates.local import UNLABELLED_AFTER_S
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +76,10 @@ class Injector:
         kill_scheduler: Callable[[], bool],
         finished: Callable[[], int],
         stopping: threading.Event,
+        local_root: Path | None = None,
     ) -> None:
         self.engine = engine
+        self.local_root = local_root
         self.disk = disk
         self.emulations = emulations
         self.kill_scheduler = kill_scheduler
@@ -95,6 +101,7 @@ class Injector:
             "dockerd restarted": self.restart_engine,
             "scheduler SIGKILL": self.sigkill,
             "disk full": self.disk_full,
+            "half-made local environment": self.half_made_local,
         }[kind]
         try:
             done = action()
@@ -216,6 +223,22 @@ class Injector:
         """SIGKILL of the scheduler while one of its rollouts holds an environment."""
         self._wait_for(lambda: self._running(("docker", "docker-gvisor"), 0.5))
         return 1 if self.kill_scheduler() else 0
+
+    def half_made_local(self) -> int:
+        """What an rtax killed between making a local environment's folder and labelling it
+        leaves (the full suite's leak of issue 25): a folder named as an environment, files in
+        it, no label, untouched for longer than the reaper waits. Planted rather than caught:
+        the moment is microseconds wide, and the suite must show every time that the reaper
+        removes it (the leak count would say 1 otherwise)."""
+        if self.local_root is None:
+            return 0
+        folder = self.local_root / f"rtax-{uuid.uuid4().hex}"
+        (folder / "repo").mkdir(parents=True)
+        (folder / "repo" / "README").write_text("made half-way\n")
+        then = time.time() - 2 * UNLABELLED_AFTER_S
+        for path in (folder / "repo" / "README", folder / "repo", folder):
+            os.utime(path, (then, then))
+        return 1
 
     def disk_full(self) -> int:
         """Fill the database's disk, keep it full for a few rollouts, free it."""

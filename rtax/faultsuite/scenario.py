@@ -61,6 +61,7 @@ ROUND = (
     "dockerd restarted",
     "scheduler SIGKILL",
     "disk full",
+    "half-made local environment",
     "container killed mid-trajectory",
 )
 

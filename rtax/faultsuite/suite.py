@@ -240,6 +240,7 @@ def _measure(
         kill_scheduler=scheduler.sigkill,
         finished=lambda: len(follower.finished),
         stopping=stop_faults,
+        local_root=root / "local",
     )
     plan = scenario.schedule(size)
     scheduler.start()

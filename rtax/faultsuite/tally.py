@@ -38,6 +38,7 @@ FAULT_KINDS = (
     "lost create response",
     "scheduler SIGKILL",
     "disk full",
+    "half-made local environment",
     "dashboard reads",
 )
 
