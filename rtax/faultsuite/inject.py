@@ -86,6 +86,8 @@ class Injector:
         self.finished = finished
         self.stopping = stopping
         self.counts: Counter[str] = Counter()
+        #: why a fault found nothing to inject into (printed under the table)
+        self.misses: list[str] = []
         self.lock = threading.Lock()
         for emu in emulations.values():
             count_takes(emu, self.counts, self.lock)
@@ -182,6 +184,24 @@ class Injector:
                     found.append((age, cid))
         return [cid for _, cid in sorted(found, reverse=True)]
 
+    def _missed(self, kind: str, why: str, substrates: tuple[str, ...]) -> None:
+        """Say why a fault found nothing to inject into, with what the engine held meanwhile
+        and how many rollouts finished while it waited: the suite's table says only "never
+        injected", and a CI log is all there is to read afterwards."""
+        seen = []
+        for name in substrates:
+            listed = self.engine.docker(
+                "ps", "-a", "--filter", f"label=rtax.substrate={name}", "--format", "{{.Status}}"
+            )
+            seen += [f"{name}: {line}" for line in listed.stdout.splitlines()]
+        note = (
+            f"{kind}: {why} within {FIND_TIMEOUT_S:.0f} s ({self.finished()} rollouts finished "
+            f"by then; the engine held {'; '.join(seen) or 'none of theirs'})"
+        )
+        log.warning(note)
+        with self.lock:
+            self.misses.append(note)
+
     def _wait_for(self, find: Callable[[], list[str]]) -> list[str]:
         deadline = time.monotonic() + FIND_TIMEOUT_S
         while not self.stopping.is_set() and time.monotonic() < deadline:
@@ -199,7 +219,11 @@ class Injector:
             if killed.returncode == 0:
                 return 1
             log.warning("docker kill %s: %s", cid[:12], killed.stderr.strip())
-        log.warning("container kill: no container to kill within %.0f s", FIND_TIMEOUT_S)
+        self._missed(
+            "container killed mid-trajectory",
+            "no container running >= 2 s to kill",
+            ("docker", "docker-gvisor"),
+        )
         return 0
 
     def hung_action(self) -> int:
@@ -211,7 +235,7 @@ class Injector:
             if paused.returncode == 0:
                 return 1
             log.warning("docker pause %s: %s", cid[:12], paused.stderr.strip())
-        log.warning("hung action: no runc container to pause within %.0f s", FIND_TIMEOUT_S)
+        self._missed("hung action", "no runc container running >= 1 s to pause", ("docker",))
         return 0
 
     def restart_engine(self) -> int:

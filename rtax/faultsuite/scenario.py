@@ -129,8 +129,10 @@ def config_text(database: Path, clouds: dict[str, dict[str, Any]]) -> str:
     plans = [
         ("containers", CONTAINERS, "T0", 0, "3s"),
         ("clouds", CLOUDS, "T0", 0, "3s"),
-        # two plans: a hung runc rollout holds its plan until the deadline, not the other
-        ("trajectories-runc", ("docker",), "T2", 10, "5s"),
+        # two plans: a hung runc rollout holds its plan until the deadline, not the other.
+        # runc's 50 steps keep its container running ~2-3 s: at 10 steps it ran ~1 s, about
+        # the age the hung action waits for, and a CI run found none to pause in 90 s
+        ("trajectories-runc", ("docker",), "T2", 50, "5s"),
         ("trajectories", ("docker-gvisor", "local"), "T2", 10, "5s"),
     ]
     for name, subs, tier, steps, interval in plans:

@@ -261,6 +261,7 @@ def _measure(
     outcome.faults["dashboard reads"] = readers.polls
     outcome.locked_errors = readers.locked + follower.locked
     outcome.notes += [f"scheduler: {d}" for d in scheduler.deaths]
+    outcome.notes += injector.misses
     outcome.notes += [f"dashboard reader: {n}x {e}" for e, n in readers.errors.items()]
     _final_pass(root, engine, config, env, logs, outcome)
     rows_of(database, outcome, root / "spool")

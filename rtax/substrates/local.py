@@ -22,6 +22,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,15 @@ class LocalSubstrate:
             return None  # removed meanwhile
         if time.time() - changed < UNLABELLED_AFTER_S:
             return None
-        found = {kit.RUN_ID: child.name.removeprefix("rtax-"), kit.SUBSTRATE: self.name}
+        # It expires the moment it is found: no rollout takes a minute between making its
+        # folder and labelling it, and with no owner to check, an expiry is the only rule by
+        # which a reaper without --older-than removes it (the CI fault suite's "local dirs 1").
+        expired = datetime.fromtimestamp(changed + UNLABELLED_AFTER_S, UTC).isoformat()
+        found = {
+            kit.RUN_ID: child.name.removeprefix("rtax-"),
+            kit.SUBSTRATE: self.name,
+            kit.EXPIRES_AT: expired,
+        }
         return kit.leftover(
             str(child), found, created_at=changed, detail="no label: made or removed half-way"
         )
