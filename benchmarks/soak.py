@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -623,6 +624,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < 1:
         parser.error("--minutes must be at least 1")
     sys.path.insert(0, str(ROOT / "tests"))
+    # SIGTERM unwinds like Ctrl-C, so the scheduler, Prometheus, the dashboard and the browser
+    # are stopped and the folder removed (a `kill` of the soak left its scheduler probing on).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     return run(args.minutes, keep=args.keep)
 
 
