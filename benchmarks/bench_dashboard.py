@@ -6,10 +6,12 @@ user sees). AppTest itself costs a fixed amount per run (it scans installed pack
 components); that cost is measured on a one-line page and printed, and the target (1.0 s) is
 checked against the raw time, harness included. The large database is synthetic
 (`benchmarks/synthetic.py`: 100,000 runs, ~2.3 M actions, marked synthetic and `modelled`),
-made in a temporary folder and never in data/. Its copy "folded" has had every run older than
-a day folded into rollups by retention (rtax.store.retention.fold): the same history, mostly rolled
-up. The three databases are rendered in turn, page by page, so that machine noise hits them
-alike.
+made in a temporary folder and never in data/; `BENCH_RUNS=1000000` (or ``--runs``) makes a
+year of a million runs instead, ~23 M actions, ~6 GB. Its copy "folded" (up to `FOLDED_UP_TO`
+runs) has had every run older than a day folded into rollups by retention
+(rtax.store.retention.fold): the same history, mostly rolled up. The databases are rendered in
+turn, page by page, so that machine noise hits them alike. Last, the write path: one rollout
+saved into the large store against an empty one.
 """
 
 from __future__ import annotations
@@ -71,11 +73,29 @@ def harness_cost(tmp: Path) -> float:
     return statistics.median(times)
 
 
+#: Above this many runs the folded copy is left out: retention folding nearly a million runs
+#: takes longer than the rest of the bench, and the 100,000-run size already judges it.
+FOLDED_UP_TO = 200_000
+#: Writing one rollout into the large store within this factor of writing it into an empty
+#: one (issue 25): the summaries' merge must not grow with the history.
+WRITE_RATIO_TARGET = 2.0
+WRITES = 200
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS") or 100_000))
+    parser.add_argument(
+        "--days",
+        type=float,
+        default=None,
+        help="the span the runs start over (default: 7 days up to 100,000 runs, a year above)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="renders per page (median shown)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    days = args.days or (7.0 if args.runs <= 100_000 else 365.0)
     # AppTest renders pages outside a Streamlit server, and Streamlit says so ("No runtime
     # found", "missing ScriptRunContext") for every cached reader of every render: hundreds of
     # lines that would bury the figures.
@@ -84,21 +104,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rtax-bench-dash-") as tmp_name:
         tmp = Path(tmp_name)
         t0 = time.perf_counter()
-        runs, actions = generate(tmp / "large.db", args.runs)
+        runs, actions = generate(tmp / "large.db", args.runs, days=days)
         print(
             f"rtax bench (dashboard): synthetic database of {runs:,} runs and {actions:,} "
-            f"actions made in {time.perf_counter() - t0:.1f} s"
+            f"actions over {days:g} days ({(tmp / 'large.db').stat().st_size / 1e9:.2f} GB) "
+            f"made in {time.perf_counter() - t0:.1f} s"
         )
-        shutil.copy(tmp / "large.db", tmp / "folded.db")
-        t0 = time.perf_counter()
-        with Store(tmp / "folded.db") as store:
-            report = retention.fold(store, older_than_days=1.0, pause_s=0.0)
-            raw_left = store.runs.count()
-        print(
-            f"  folded: {report.runs:,} runs older than a day folded into rollups "
-            f"({raw_left:,} raw runs left) in {time.perf_counter() - t0:.1f} s"
-        )
-        dbs = ("empty", "large", "folded")
+        dbs: tuple[str, ...] = ("empty", "large")
+        if args.runs <= FOLDED_UP_TO:
+            shutil.copy(tmp / "large.db", tmp / "folded.db")
+            t0 = time.perf_counter()
+            with Store(tmp / "folded.db") as store:
+                report = retention.fold(store, older_than_days=1.0, pause_s=0.0)
+                raw_left = store.runs.count()
+            print(
+                f"  folded: {report.runs:,} runs older than a day folded into rollups "
+                f"({raw_left:,} raw runs left) in {time.perf_counter() - t0:.1f} s"
+            )
+            dbs = ("empty", "large", "folded")
+        else:
+            print(f"  folded: not made above {FOLDED_UP_TO:,} runs (the 100,000-run size has it)")
         render(tmp / "empty.db", "overview")  # imports and first-run costs, not measured
         base = harness_cost(tmp)
         print(f"  AppTest's own cost per run (one-line page): {base:.2f} s, included below")
@@ -114,8 +139,48 @@ def main() -> int:
             verdicts.target(page, f"  {page:<15}{cells}", max(medians) <= TARGET_S)
             if page == "projection":
                 at_limits(tmp / "large.db", verdicts)
+        write_path(tmp, verdicts)
     print(verdicts.summary())
     return 0
+
+
+def write_path(tmp: Path, verdicts: Report) -> None:
+    """One rollout written `WRITES` times into the large store and into an empty one,
+    alternated one by one (machine noise hits both alike), each write timed through
+    `Store.save_rollout` (run, actions and summary rows in one transaction). The rollout is the
+    large store's own newest 50-step trajectory, given a new id and "now" as its start, so that
+    on the large side it merges into the hour, day and month rows its series already has."""
+    from rtax.core.record import RolloutRecord, utcnow
+
+    with Store(tmp / "large.db", read_only=True) as store:
+        run = store.runs.read(limit=1, newest_first=True, steps=50, status="ok")
+        run_id = str(run["run_id"].iloc[0])
+        actions = store.runs.actions(run_id=run_id).to_dict("records")
+    template = run.iloc[0].to_dict()
+    times: dict[str, list[float]] = {"empty": [], "large": []}
+    stores = {"empty": Store(tmp / "writes.db"), "large": Store(tmp / "large.db")}
+    try:
+        for i in range(WRITES):
+            for name, store in stores.items():
+                new_id = f"bench-write-{name}-{i:04d}"
+                record = RolloutRecord(
+                    {**template, "run_id": new_id, "started_at": utcnow()},
+                    [{**a, "run_id": new_id} for a in actions],
+                )
+                t0 = time.perf_counter()
+                store.save_rollout(record)
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        for store in stores.values():
+            store.close()
+    empty, large = (statistics.median(times[n]) for n in ("empty", "large"))
+    verdicts.target(
+        "write path",
+        f"  one rollout ({len(actions)} action rows) written into the large store "
+        f"{large * 1e3:.2f} ms vs an empty one {empty * 1e3:.2f} ms (median of {WRITES} each, "
+        f"alternated): {large / empty:.2f}x   target <= {WRITE_RATIO_TARGET:g}x",
+        large <= WRITE_RATIO_TARGET * empty,
+    )
 
 
 #: The Projection's step-time inputs at their limits, moved one at a time (issue 24).

@@ -420,14 +420,14 @@ def test_v8_file_gains_launch_types_its_rows_cold_and_its_rollups_kept(db_path: 
         }
         assert pd.isna(runs.loc["old-run", "claim_s"])
         rows = s.summaries.read(metrics=["time_to_first_command_s"])
-        rows = rows[(rows["bucket"] == "day") & (rows["substrate"] == "local")]
+        rows = rows[(rows["bucket"] == "month") & (rows["substrate"] == "local")]
         by_launch = rows.set_index("launch_type")[["runs", "n", "sum"]].to_dict("index")
         # two series: the cold ones' 0.06 s each (factory phases), the warm one's claim
         assert by_launch["cold"]["n"] == 2
         assert by_launch["cold"]["sum"] == pytest.approx(0.12)
         assert by_launch["warm"] == {"runs": 1, "n": 1, "sum": pytest.approx(0.004)}
         claims = s.summaries.read(metrics=["claim_s", "create_s"])
-        claims = claims[(claims["bucket"] == "day") & (claims["substrate"] == "local")]
+        claims = claims[(claims["bucket"] == "month") & (claims["substrate"] == "local")]
         # a phase its launch type lacks is no metric of it: no cold claim, no warm create
         assert sorted(zip(claims["metric"], claims["launch_type"], strict=True)) == [
             ("claim_s", "warm"),
@@ -674,7 +674,7 @@ def test_v8_file_gains_vantage_and_keeps_its_series_apart_from_new_vantages(db_p
         assert (kept["vantage"], kept["runs"], kept["sum"]) == ("local", 4, 8.0)
         s.save_rollout(make_record("far", started_at="2024-06-01T12:10:00+00:00", vantage="eu"))
         walls = s.summaries.read(metrics=["wall_s"])
-        walls = walls[walls["bucket"] == "day"].groupby("vantage")["runs"].sum().to_dict()
+        walls = walls[walls["bucket"] == "month"].groupby("vantage")["runs"].sum().to_dict()
         assert walls == {"eu": 1, "local": 1 + 4}  # the raw run and the folded four
         assert s.summaries.distinct()["vantage"] == ["eu", "local"]
         assert s.runs.read(vantage="eu")["run_id"].tolist() == ["far"]

@@ -279,6 +279,98 @@ def test_an_old_file_is_upgraded_with_its_summaries_built(db: Path, tmp_path: Pa
         assert store.summaries.read(metrics=[summaries.ACTION_ROWS])["sum"].sum() == len(actions)
 
 
+def _months_of_runs():
+    """Runs every ~3 hours from 20 November to 3 February (a year's edge, three month edges),
+    two series, 5 % failed: what a month row must add up to, window by window."""
+    rng = np.random.default_rng(11)
+    start = datetime(2025, 11, 20, 5, 30, tzinfo=UTC)
+    for i in range(600):
+        started = start + timedelta(hours=3 * i + float(rng.uniform(0, 2.5)))
+        failed = rng.random() < 0.05
+        episode = float(rng.lognormal(math.log(0.4), 0.5))
+        yield make_record(
+            f"m{i:04d}",
+            substrate="docker" if i % 2 else "local",
+            kind="docker" if i % 2 else "local",
+            started_at=started.isoformat(timespec="microseconds"),
+            status="failed" if failed else "ok",
+            error_class="ready_timeout" if failed else None,
+            episode_s=None if failed else episode,
+            time_to_first_command_s=episode * 0.4,
+        )
+
+
+@pytest.fixture(scope="module")
+def months_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("months") / "months.db"
+    with Store(path) as store:
+        for record in _months_of_runs():
+            store.save_rollout(record)
+    return path
+
+
+@pytest.mark.parametrize(
+    "since",
+    [None, "2025-12-17T09:41:00+00:00", "2026-01-29T00:00:00+00:00", "2026-02-02T10:17:00+00:00"],
+)
+def test_windows_over_month_edges_agree_with_the_raw_path(months_db: Path, since) -> None:
+    """Whole months from month rows, then days, hours and the raw edge: every table the pages
+    show agrees with the raw runs of the window, from the rows as read and merged into one row
+    per key (what the dashboard's cached reader keeps, `summaries.regroup`)."""
+    with Store(months_db, read_only=True) as store:
+        read = store.summaries.read(since=since)
+        floor = store.runs.floor_toolchain()
+        runs = _raw(store)
+    if since is not None:
+        runs = runs[runs["started_at"] >= since]
+    assert 0 < len(runs) < 600 or since is None
+    buckets = set(read["bucket"])
+    # a month row wherever a whole month starts inside the window (February's runs so far)
+    assert ("month" in buckets) == (since is None or since < "2026-02-01")
+    _agree(summaries.label(read, floor), runs)
+    merged = summaries.regroup(read, summaries.WINDOW)
+    assert not merged.duplicated(
+        [*(k for k in summaries.KEY if k != "bucket_start"), "metric"]
+    ).any()
+    assert merged.loc[merged["metric"] == "wall_s", "runs"].sum() == len(runs)
+    _agree(summaries.label(merged, floor), runs)
+
+
+def test_month_rows_made_from_day_rows_equal_those_kept_as_data_arrived(
+    months_db: Path, tmp_path: Path
+) -> None:
+    """The migration that added month rows makes them from the day rows (not the runs): the
+    same rows, to the last sketch bucket, as saving the runs one by one kept."""
+    path = tmp_path / "v13.db"
+    path.write_bytes(months_db.read_bytes())
+    order = [*summaries.KEY, "metric"]
+    with Store(path) as store:
+        kept = store.summaries.read()
+        assert set(kept["bucket"]) == {"month"} and len(kept)
+        store.db.execute("DELETE FROM summaries WHERE bucket = 'month'")
+        store.db.execute("PRAGMA user_version = 13")
+        store.db.conn.commit()
+    with Store(path) as store:
+        assert store.version == migrations.SCHEMA_VERSION
+        made = store.summaries.read()
+    kept, made = (f.sort_values(order).reset_index(drop=True) for f in (kept, made))
+    exact = [c for c in summaries.COLUMNS if c not in ("sum", "sumsq")]
+    pd.testing.assert_frame_equal(made[exact], kept[exact], check_dtype=False)
+    assert made["sum"].tolist() == pytest.approx(kept["sum"].tolist())
+
+
+def test_a_sketch_read_twice_then_changed_reads_its_new_samples() -> None:
+    """`quantile` keeps what it sorted between reads; every change drops it."""
+    for values in ([3.0, 1.0, 2.0], list(np.linspace(0.1, 9, 400))):
+        s = sketch.Sketch.of(values)
+        first = s.quantile(50)
+        assert s.quantile(50) == first
+        s.add_all([1000.0] * len(values) * 2)
+        assert s.quantile(50) > first * 10
+        s.merge(sketch.Sketch.of([0.001] * len(values) * 10))
+        assert s.quantile(50) < first
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.floats(0, 50, allow_nan=False), min_size=1, max_size=600),

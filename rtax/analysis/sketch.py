@@ -44,6 +44,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import accumulate
+from typing import Any
 
 from rtax.analysis import stats
 
@@ -69,7 +70,10 @@ class Sketch:
     """The raw values (`values`, while at most `EXACT_LIMIT`) or counts per log bucket
     (`values` is None); `quantile` reads percentiles back with `stats.percentile`'s rule."""
 
-    __slots__ = ("counts", "values", "zeros")
+    #: `_ordered`: what `quantile` and `interval` read (the sorted values, or the bucket
+    #: reader), made on the first read and dropped by any change: a Timeline point reads five
+    #: percentiles of one sketch, and sorting a few hundred buckets each time was most of it.
+    __slots__ = ("_ordered", "counts", "values", "zeros")
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class Sketch:
         zeros: int = 0,
         values: list[float] | None = None,
     ) -> None:
+        self._ordered: Any = None
         if counts is None and not zeros:
             # No buckets given: an exact sketch (of `values`, or empty).
             self.values: list[float] | None = list(values) if values is not None else []
@@ -109,6 +114,7 @@ class Sketch:
         return self.zeros + sum(self.counts.values())
 
     def add_all(self, values: Iterable[float]) -> None:
+        self._ordered = None
         for x in values:
             if x is None or not math.isfinite(x):
                 continue
@@ -125,6 +131,7 @@ class Sketch:
         """Give up the raw values for their bucket counts (past `EXACT_LIMIT`, or on merging
         with a bucket sketch)."""
         values, self.values = self.values or [], None
+        self._ordered = None
         for x in values:
             if x <= 0:
                 self.zeros += 1
@@ -134,6 +141,7 @@ class Sketch:
     def merge(self, other: Sketch) -> Sketch:
         """Add `other`'s samples to this sketch (in place; returned for chaining). Exact while
         both are exact and their total is at most `EXACT_LIMIT`."""
+        self._ordered = None
         if (
             self.values is not None
             and other.values is not None
@@ -159,7 +167,9 @@ class Sketch:
             # np.percentile's "linear" rule through `stats.ranks` (bit for bit the same), on
             # the sorted values: a page reads thousands of small sketches, and numpy's
             # per-call overhead would be most of the time.
-            ordered = sorted(v for v in self.values if math.isfinite(v))
+            if self._ordered is None:
+                self._ordered = sorted(v for v in self.values if math.isfinite(v))
+            ordered = self._ordered
             if not ordered:
                 return math.nan
             lower, upper, weight = stats.ranks(q, len(ordered))
@@ -167,7 +177,9 @@ class Sketch:
         n = self.n
         if n == 0:
             return math.nan
-        value = self._reader()
+        if self._ordered is None:
+            self._ordered = self._reader()
+        value = self._ordered
         lower, upper, weight = stats.ranks(q, n)
         return stats.lerp(value(lower), value(upper), weight)
 
@@ -192,8 +204,9 @@ class Sketch:
         at = stats.interval_ranks(q, self.n, level)
         if at is None:
             return None
-        value = self._reader()
-        return value(at[0]), value(at[1])
+        if self._ordered is None:
+            self._ordered = self._reader()
+        return self._ordered(at[0]), self._ordered(at[1])
 
     def to_json(self) -> str:
         if self.values is not None:

@@ -178,15 +178,23 @@ def _empty_summary() -> pd.DataFrame:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def summary(db: str, key: FilterKey, metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
     """The summary rows (rtax.analysis.summaries) of the window and filters, raw and folded history
-    alike, labelled with the pages' `series`, `workload` and `comparable` columns. `metrics`:
-    only those (all if None). What every page's tables are computed from."""
+    alike, merged over the window's time buckets (one row per series, workload toolchain and
+    metric: no page groups by time here, the Timeline reads its own), labelled with the pages'
+    `series`, `workload` and `comparable` columns. `metrics`: only those (all if None). What
+    every page's tables are computed from.
+
+    Why merged here: the cache keeps (and pickles) what this returns, and a window of a year
+    was 123,000 rows of sketches at a million runs (6 s of pickling alone); merged it is a few
+    hundred, whatever the window."""
     store = _open(db)
     if store is None:
         return _empty_summary()
     with store:
         rows = store.summaries.read(metrics=list(metrics) if metrics else None, **_query(key))
         floor = store.runs.floor_toolchain()
-    return summaries.label(rows, floor) if not rows.empty else _empty_summary()
+    if rows.empty:
+        return _empty_summary()
+    return summaries.label(summaries.regroup(rows, summaries.WINDOW), floor)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -371,6 +379,11 @@ def timeline_points(
         return pd.DataFrame(columns=timeline.COLUMNS)
     query = _query(key)
     since = query.pop("since", None)
+    if series is not None:  # read only the picked series' rows (a superset; `keep` is exact)
+        known = timeline_series(db, key)
+        picked = [known[k] for k in series if k in known]
+        for dimension in ("substrate", "tier", "steps", "mode"):
+            query[dimension] = sorted({getattr(s, dimension) for s in picked})
     with store:
         if bucket in timeline.SUMMARY_BUCKET:
             grain = timeline.SUMMARY_BUCKET[bucket]
