@@ -15,7 +15,9 @@ path that produces samples. Printed:
    - **the forecast**, judged: only samples recorded before the burst: the cold starts of a
      separate, earlier concurrency sweep (cold rollouts c at once, as `rtax burst` measures
      them for the Capacity page) at the level a drained pool's refills run at
-     (`poolmodel.contended_level`: R refills and the R rollouts they last served), plus a
+     (`poolmodel.contended_level`: R refills and the R rollouts they last served, for the
+     share of a refill's time those are busy, measured on the quiet cold rollouts;
+     interpolated between the sweep's levels, `poolmodel.at_concurrency`), plus a
      worker's turn beyond its cold start (the weighing) on the pool's refills before the
      burst: on a 2-core machine a burst's rollouts and removals slow the refills it waits
      for, and the sweep measured that slowdown before the burst happened (issue 24);
@@ -117,7 +119,7 @@ def main() -> int:
         "--sweep",
         type=int,
         nargs="+",
-        default=[1, 4, 12, 24],
+        default=[1, 2, 4, 12, 24],
         help="concurrency levels of the earlier cold sweep (the burst's is forecast from)",
     )
     parser.add_argument(
@@ -145,10 +147,12 @@ def main() -> int:
     try:
         pool.prepare(lambda m: print(m, file=sys.stderr))
         cold_ttfc: list[float] = []
+        cold_wall: list[float] = []
         claims: list[float] = []
         for _ in range(args.starts):  # alternated: drift hits both sides alike
             cold = _ok(run_rollout(cold_sub, workloads.build("T0"), options=options))
             cold_ttfc.append(cold.run["time_to_first_command_s"])
+            cold_wall.append(cold.run["wall_s"])
             warm = _ok(run_rollout(pool, workloads.build("T0"), options=options))
             claims.append(warm.run["claim_s"])
         _wait_full(pool)  # its refills done before the sweep loads the machine
@@ -196,8 +200,15 @@ def main() -> int:
     measured = (_p(burst_claims, 50), _p(burst_claims, 95))
     arrivals = [0.0] * args.burst
     claim = statistics.median(claims)
-    level, contended = poolmodel.at_concurrency(
-        sweep, poolmodel.contended_level(args.burst, args.refill)
+    # How busy a served claim keeps the machine while the next refill is made: the quiet cold
+    # rollouts' life after their first command over the time to it (recorded before the burst)
+    busy = poolmodel.busy_share(statistics.median(cold_ttfc), statistics.median(cold_wall))
+    wanted = poolmodel.contended_level(args.burst, args.refill, busy)
+    level, contended = poolmodel.at_concurrency(sweep, wanted)
+    print(
+        f"  contention: {args.refill} refills and their served rollouts, busy {busy:.0%} "
+        f"(quiet cold rollouts' wall after the first command over the time to it): "
+        f"{wanted:.2f} at once, read off the sweep"
     )
     # A worker's turn is its cold start and what follows it (the weighing): measured on the
     # pool's own refills before the burst, added to the contended cold starts.
@@ -210,7 +221,8 @@ def main() -> int:
         got, truth = forecast[i], measured[i]
         report.target(
             f"pool model forecast within 20 % ({name})",
-            f"  {f'forecast from the sweep at {level}: claim {name}':<44} {got * 1e3:10.3f} ms  "
+            f"  {f'forecast from the sweep at {level:.2f}: claim {name}':<44} "
+            f"{got * 1e3:10.3f} ms  "
             f"vs measured {truth * 1e3:.3f} ms ({(got - truth) / truth:+.0%})   target within "
             "20 %",
             abs(got - truth) <= MODEL_TOLERANCE * truth,

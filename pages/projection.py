@@ -248,7 +248,7 @@ if cold and int(pool_size) == 0:
     st.info("Pool size 0: no pool; every rollout makes its own environment (a cold start).")
 elif cold:
     loads = data.load_runs(data.database(), chosen.key)
-    refill_s, level = fleet.refills(
+    refill_s, level, busy = fleet.refills(
         cold[pool_series],
         runs,
         pool_series,
@@ -300,18 +300,23 @@ elif cold:
         )
     else:
         drawn = (
-            f"n={refill_s.size} cold starts of {pool_series}'s substrate measured {level} at "
-            f"once in load runs (the Capacity page), p50 "
+            f"n={refill_s.size} cold starts of {pool_series}'s substrate at {level:.3g} at "
+            f"once, read off load runs (the Capacity page), p50 "
             f"{format.duration(stats.percentile(refill_s, 50))}, against "
             f"{format.duration(stats.percentile(cold[pool_series], 50))} as probed"
         )
+        share = (
+            f"busy {busy:.0%} of that time, as this series' quiet rollouts run on after their "
+            "first command"
+            if busy is not None
+            else "assumed busy all of that time: no quiet rollout of this series to measure"
+        )
         contention = (
-            f"A burst of {int(claims)} contends with its own refills: they are drawn from the "
-            f"load-run level nearest the {poolmodel.contended_level(int(claims), int(refill))} "
-            f"environments at work while its refills are made ({refill} refills and the "
-            f"rollouts they last served; measured level: {level} at once). A refill worker's "
-            "turn also weighs what it made (about 0.15 s on docker, `make bench`), not in "
-            "these samples."
+            f"A burst of {int(claims)} contends with its own refills: they are drawn at the "
+            f"{level:.3g} environments at work while its refills are made ({int(refill)} "
+            f"refills and the rollouts they last served, {share}), between the load-run levels "
+            "measured around it by interpolation. A refill worker's turn also weighs what it "
+            "made (about 0.15 s on docker, `make bench`), not in these samples."
         )
     st.caption(
         f"Predicted from {drawn}; {pool.n:,} simulated claims ({pool.repeats} seeded "

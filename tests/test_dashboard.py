@@ -612,13 +612,24 @@ def test_disclosed_is_the_5_percent_rule() -> None:
 
 
 def _fleet_db(tmp_path: Path) -> Path:
-    """docker: seven cold starts (time to first command) of exactly 1 s: five T0 runs and two
-    10-action trajectories of 1 s and 10 s whose wall is 10 s and actions 6 s on average."""
+    """docker: seven cold starts (time to first command) of exactly 1 s: five T0 runs whose
+    wall is 1.5 s (each runs on half its time to first command after it: `busy_share` 0.5),
+    and two 10-action trajectories of 1 s and 10 s whose wall is 10 s and actions 6 s on
+    average."""
     db = tmp_path / "fleet.db"
     with Store(db) as store:
         for i in range(5):
             store.save_rollout(
-                _record(i, "docker", "T0", 0, 1.5, kind="docker", time_to_first_command_s=1.0)
+                _record(
+                    i,
+                    "docker",
+                    "T0",
+                    0,
+                    1.5,
+                    kind="docker",
+                    time_to_first_command_s=1.0,
+                    wall_s=1.5,
+                )
             )
         for i, (episode, wall, actions, ttfc) in enumerate(
             ((1.0, 8.0, 5.0, 1.0), (10.0, 12.0, 7.0, 1.0))
@@ -687,14 +698,16 @@ def test_projection_sizes_a_warm_pool_from_the_measured_cold_starts(
     assert not any(m.label == "Claim p50" for m in at.metric)
 
 
-def test_a_burst_draws_its_refills_from_the_load_run_nearest_its_size(
+def test_a_burst_draws_its_refills_at_the_level_its_refills_run_at(
     tmp_path: Path, monkeypatch
 ) -> None:
     """Load runs measured docker's cold starts at 1 s one at a time, 3 s two at once and 9 s
-    fifty at once. A burst of 5 on a pool of 2 refilled one at a time keeps two environments
-    at work (the refill and the rollout it served), so its refills take 3 s: the claims wait
-    [0, 0, 3, 6, 9] s, p50 3 s and p95 9 s, not the quiet [0, 0, 1, 2, 3] nor fifty-at-once's;
-    a staggered load keeps the quiet samples, and the caption says which were drawn."""
+    fifty at once. A burst of 5 on a pool of 2 refilled one at a time keeps 1.5 environments
+    at work (the refill, and the rollout it served for half that time: docker's quiet T0 runs
+    spend 0.5 s after their 1 s to the first command), so its refills take halfway between
+    one and two at once, 2 s: the claims wait [0, 0, 2, 4, 6] s, p50 2 s and p95 6 s, not the
+    quiet [0, 0, 1, 2, 3] nor fifty-at-once's; a staggered load keeps the quiet samples, and
+    the caption says which were drawn."""
     monkeypatch.setenv("RTAX_CONFIG", str(tmp_path / "none.toml"))
     db = _fleet_db(tmp_path)
     started = (NOW - timedelta(minutes=30)).isoformat()
@@ -705,8 +718,9 @@ def test_a_burst_draws_its_refills_from_the_load_run_nearest_its_size(
     at = _app(db, monkeypatch, "pages/projection.py")
     _inputs(at, proj_pool_size=2, proj_pool_refill=1, proj_pool_claims=5)
     at.selectbox(key="proj_pool_shape").set_value("burst").run()
-    assert _metric(at, "Claim p50") == "3.00 s" and _metric(at, "Claim p95") == "9.00 s"
-    assert any("measured 2 at once in load runs" in c.value for c in at.caption)
+    assert _metric(at, "Claim p50") == "2.00 s" and _metric(at, "Claim p95") == "6.00 s"
+    assert any("at 1.5 at once, read off load runs" in c.value for c in at.caption)
+    assert any("busy 50% of that time" in c.value for c in at.caption)
     at.selectbox(key="proj_pool_shape").set_value("staggered").run()
     assert any("n=7 measured cold starts" in c.value for c in at.caption)
     assert any("quiet cold starts" in c.value for c in at.caption)

@@ -145,25 +145,40 @@ def test_the_shapes_are_the_load_shapes() -> None:
     assert poolmodel.SHAPES == ("sequential", "staggered", "burst")
 
 
-def test_the_cold_starts_at_the_burst_concurrency_are_the_nearest_level_measured() -> None:
-    sweep = {1: [1.0, 1.1], 4: [2.0], 16: [5.0, 6.0], 32: []}
-    level, values = poolmodel.at_concurrency(sweep, 20)
+def test_the_cold_starts_at_the_burst_concurrency_are_read_off_the_sweep() -> None:
+    """A measured level's own samples; between two, their quantile functions interpolated;
+    outside the sweep, the nearest end's."""
+    sweep = {1: [1.0, 1.1], 4: [2.0, 2.0, 2.0], 16: [5.0, 6.0], 32: []}
+    assert poolmodel.at_concurrency(sweep, 4)[0] == 4 and list(sweep[4]) == [2.0] * 3
+    level, values = poolmodel.at_concurrency(sweep, 40)
     assert level == 16 and list(values) == [5.0, 6.0]
-    assert poolmodel.at_concurrency(sweep, 10)[0] == 16  # 6 from 4 and from 16: the larger
-    assert poolmodel.at_concurrency(sweep, 1)[0] == 1
+    assert poolmodel.at_concurrency(sweep, 0.5)[0] == 1
+    level, values = poolmodel.at_concurrency(sweep, 7)  # a quarter of the way from 4 to 16
+    assert level == 7 and len(values) == 3
+    high = np.percentile([5.0, 6.0], (np.arange(3) + 0.5) / 3 * 100)
+    assert list(values) == pytest.approx(list(0.75 * 2.0 + 0.25 * high))
     with pytest.raises(ValueError, match="no measured level"):
         poolmodel.at_concurrency({8: []}, 8)
 
 
-def test_a_drained_pool_works_its_refills_and_the_rollouts_they_served() -> None:
-    """R refills in flight and the R rollouts of the claims they last served: 2R environments
-    at work at once, never more than the claims (the level a burst's refills are drawn at)."""
-    assert poolmodel.contended_level(24, 2) == 4
+def test_a_drained_pool_works_its_refills_and_part_of_the_rollouts_they_served() -> None:
+    """R refills in flight and the R rollouts of the claims they last served, busy for their
+    share of a refill's time: between R and 2R environments at work at once, never more than
+    the claims (the level a burst's refills are drawn at)."""
+    assert poolmodel.contended_level(24, 2) == 4  # busy the whole time: the most contended
+    assert poolmodel.contended_level(24, 2, busy=0.5) == 3
     assert poolmodel.contended_level(3, 2) == 3
-    assert poolmodel.contended_level(50, 1) == 2
+    assert poolmodel.contended_level(50, 1, busy=0.0) == 1
+    # a T0 rollout's life after its first command over its time to first command
+    assert poolmodel.busy_share(0.4, 0.6) == pytest.approx(0.5)
+    assert poolmodel.busy_share(0.4, 2.0) == 1.0 and poolmodel.busy_share(0.4, 0.3) == 0.0
     for bad in ((0, 1), (5, 0), (2.5, 1)):
         with pytest.raises(ValueError, match="whole numbers"):
             poolmodel.contended_level(*bad)
+    with pytest.raises(ValueError, match="share"):
+        poolmodel.contended_level(5, 1, busy=1.5)
+    with pytest.raises(ValueError):
+        poolmodel.busy_share(0.0, 1.0)
 
 
 def test_large_bursts_run_fewer_repeats_within_a_claim_budget() -> None:

@@ -107,19 +107,22 @@ def refills(
     shape: str,
     claims: int,
     refill_concurrency: int,
-) -> tuple[np.ndarray, int | None]:
-    """The cold starts the pool model draws a load's refills from, and the concurrency they
-    were measured at (None: `quiet_s`, the series' cold starts as probed).
+) -> tuple[np.ndarray, float | None, float | None]:
+    """The cold starts the pool model draws a load's refills from, the concurrency they stand
+    for (None: `quiet_s`, the series' cold starts as probed), and the served rollouts' busy
+    share that concurrency counts (`poolmodel.busy_share`; None: not measured, 1 assumed).
 
     A burst of `claims` contends with its own refills, which run slower than quiet ones
     (docs/measurement.md#warm-pool-model); when load runs (`rtax burst`, the Capacity page's
     points) measured this substrate's cold starts at several concurrencies, a burst draws from
-    the level nearest the one its refills run at (`poolmodel.contended_level`: the refills in
-    flight and the rollouts of the claims they served, at most the claims). Other shapes, or
-    no load runs of this substrate: the quiet samples."""
+    the level its refills run at (`poolmodel.contended_level`: the refills in flight and, for
+    the share of that time they are busy, the rollouts of the claims they served, at most the
+    claims), interpolated between the measured levels around it. The busy share is the
+    series' own quiet cold rollouts' (their life after the first command over the time to
+    it). Other shapes, or no load runs of this substrate: the quiet samples."""
     mine = runs[runs["series"] == series] if not runs.empty else runs
     if shape != "burst" or mine.empty:
-        return quiet_s, None
+        return quiet_s, None, None
     first = mine.iloc[0]
     sweep = envelope.cold_sweep(
         loads,
@@ -127,11 +130,17 @@ def refills(
         **{column: first[column] for column in ("substrate", "mode", "fidelity")},
     )
     if not sweep:
-        return quiet_s, None
-    level, values = poolmodel.at_concurrency(
-        sweep, poolmodel.contended_level(claims, refill_concurrency)
-    )
-    return values, level
+        return quiet_s, None, None
+    ok = stats.successful(quiet(mine))  # not the load runs' own rollouts: they contended
+    ok = ok[ok["steps"] == 0] if not ok.empty and (ok["steps"] == 0).any() else ok
+    ttfc = pd.to_numeric(ok["time_to_first_command_s"], errors="coerce").dropna()
+    wall = pd.to_numeric(ok["wall_s"], errors="coerce").dropna()
+    busy = None
+    if len(ttfc) and len(wall) and float(ttfc.median()) > 0:
+        busy = poolmodel.busy_share(float(ttfc.median()), float(wall.median()))
+    wanted = poolmodel.contended_level(claims, refill_concurrency, 1.0 if busy is None else busy)
+    level, values = poolmodel.at_concurrency(sweep, wanted)
+    return values, level, busy
 
 
 def workloads(runs: pd.DataFrame) -> list[tuple[str, int]]:

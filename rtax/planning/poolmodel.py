@@ -29,9 +29,10 @@ The semantics, which a real pool must share for the two to be compared:
 - **Contention** is in the samples, not in the rules: refills made during a burst are slower
   than quiet ones on the same machine (the burst's own rollouts and removals share it). Fed
   the cold starts measured at the concurrency a drained pool's refills run at
-  (`contended_level`: the R refills in flight and the rollouts of the R claims they last
-  served; `at_concurrency` picks them out of an earlier `rtax burst` sweep, the Capacity
-  page's points), the model forecasts a burst from data recorded before it; fed quiet cold
+  (`contended_level`: the R refills in flight and, for the share of that time they are busy,
+  the rollouts of the R claims they last served; `at_concurrency` reads them out of an
+  earlier `rtax burst` sweep, the Capacity page's points, between two measured levels by
+  interpolation), the model forecasts a burst from data recorded before it; fed quiet cold
   starts, it forecasts a quiet pool (benchmarks/bench_pool.py prints both beside the measured
   burst). Not the burst's size: its claims wait, they don't create; a sweep at 24 at once
   (4.6 s) forecast a burst of 24 on a pool refilled 2 at a time at +300 %.
@@ -151,27 +152,58 @@ def waits(
     return out
 
 
-def contended_level(claims: int, refill_concurrency: int) -> int:
+def busy_share(time_to_first_command_s: float, wall_s: float) -> float:
+    """How busy a served claim keeps the machine while the next refill is made, as a share of
+    one more environment: a rollout's life after its first command (its commands and its
+    removal, ``wall - time_to_first_command``) over the time to make one (its time to first
+    command), at most 1. From the substrate's quiet cold rollouts, recorded before any burst."""
+    if not (time_to_first_command_s > 0 and math.isfinite(wall_s)):
+        raise ValueError("time to first command must be > 0 s and the wall time finite")
+    return min(max((wall_s - time_to_first_command_s) / time_to_first_command_s, 0.0), 1.0)
+
+
+def contended_level(claims: int, refill_concurrency: int, busy: float = 1.0) -> float:
     """The number of environments at work at once while a drained pool serves a burst of
-    `claims`: its R refills being made and the rollouts of the R claims the last refills
-    served (each then runs and is removed while the next refills are made); never more than
-    the claims. The concurrency whose measured cold starts the refills are drawn from."""
+    `claims`: its R refills being made, and beside each the rollout of the claim it last
+    served, which runs and is removed while the next refill is made, busy for `busy` of that
+    time (`busy_share`; 1: the whole time, the most contended reading); never more than the
+    claims. The concurrency whose measured cold starts the refills are drawn from.
+
+    Why R x (1 + busy) and not the burst's size or 2R: a sweep's level c starts c cold
+    rollouts at once, each making its environment through its first command, so its time to
+    first command is c environments being made together; a drained pool makes R while the R
+    it served run on for only part of that time. 2R (busy 1) forecast the Docker bench's
+    burst 11-35 % high (issue 24)."""
     if not is_whole(claims, low=1) or not is_whole(refill_concurrency, low=1):
         raise ValueError("claims and refill_concurrency must be whole numbers >= 1")
-    return min(int(claims), 2 * int(refill_concurrency))
+    if not 0.0 <= busy <= 1.0:
+        raise ValueError("busy must be a share within 0..1")
+    return min(float(claims), refill_concurrency * (1.0 + busy))
 
 
 def at_concurrency(
-    sweep: Mapping[int, Sequence[float]], concurrency: int
-) -> tuple[int, np.ndarray]:
-    """The cold starts measured with the number of rollouts at once nearest `concurrency`
-    (ties: the larger, the more contended) out of a sweep {concurrency: samples}, and that
-    level: what the pool's refills take under a burst of that many claims."""
+    sweep: Mapping[int, Sequence[float]], concurrency: float
+) -> tuple[float, np.ndarray]:
+    """The cold starts at `concurrency` out of a sweep {concurrency: samples}: a measured
+    level's own samples, between two measured levels their quantile functions interpolated
+    linearly (the level's share of the way from one to the other), outside the sweep the
+    nearest end's samples; and the level they stand for. What the pool's refills take under a
+    burst (`contended_level`)."""
     levels = sorted(level for level, values in sweep.items() if len(values))
     if not levels:
         raise ValueError("the sweep has no measured level")
-    level = min(levels, key=lambda c: (abs(c - concurrency), -c))
-    return level, _samples(sweep[level], f"cold starts at concurrency {level}")
+    if concurrency <= levels[0] or concurrency >= levels[-1] or concurrency in levels:
+        level = min(levels, key=lambda c: abs(c - concurrency))
+        return float(level), _samples(sweep[level], f"cold starts at concurrency {level}")
+    below = max(c for c in levels if c < concurrency)
+    above = min(c for c in levels if c > concurrency)
+    low = np.sort(_samples(sweep[below], f"cold starts at concurrency {below}"))
+    high = np.sort(_samples(sweep[above], f"cold starts at concurrency {above}"))
+    size = max(low.size, high.size)
+    grid = (np.arange(size) + 0.5) / size * 100.0
+    weight = (concurrency - below) / (above - below)
+    mixed = (1 - weight) * np.percentile(low, grid) + weight * np.percentile(high, grid)
+    return float(concurrency), mixed
 
 
 def simulate(
