@@ -44,6 +44,7 @@ PAGES = (
     "projection",
     "capacity",
     "data",
+    "paths",
 )
 TARGET_S = 1.0
 
