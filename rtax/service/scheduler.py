@@ -39,7 +39,7 @@ from rtax.compose import Composition, Factory
 from rtax.core import redaction
 from rtax.core.record import RolloutRecord
 from rtax.rollouts import engines
-from rtax.service import alerts, detection, prometheus
+from rtax.service import alerts, detection, memory, prometheus
 from rtax.service.dispatch import TOO_LATE, Dispatcher
 from rtax.service.lock import SchedulerLock
 from rtax.settings import Config, Plan
@@ -108,6 +108,9 @@ class Scheduler:
 
         self.config.database.parent.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
+        settled = memory.settle()  # before any worker thread allocates (rtax.service.memory)
+        if settled:
+            log.info("allocators set for a long run: %s", ", ".join(settled))
         try:
             with self.compose.store() as store:  # create and migrate once, up front
                 self.metrics.seed(store)  # the last probes before this start
@@ -323,8 +326,12 @@ class Scheduler:
 
     def run_detection(self) -> detection.Report | None:
         """One detection pass (`rtax.service.detection.run`): it holds no probe slot, so probing
-        never waits for it; a failure is logged and the monitor goes on."""
-        return detection.run(self.compose.store, self.config, self.notifier, log)
+        never waits for it; a failure is logged and the monitor goes on. Freed heap pages go
+        back to the kernel after it, the job that reads the most (`rtax.service.memory`)."""
+        try:
+            return detection.run(self.compose.store, self.config, self.notifier, log)
+        finally:
+            memory.trim()
 
     # -- one plan, one cycle ---------------------------------------------------------------
 
