@@ -127,8 +127,13 @@ def test_a_burst_runs_on_both_vantages_and_stores_each_record_once(
     runs = _runs(conf.database)
     assert len(runs) == 26 and runs["run_id"].nunique() == 26  # each stored exactly once
     assert not scheduler.spool.exists()
-    failed = runs[runs["status"] != "ok"]
+    # Every rollout succeeded, or failed only as Docker's exec can under load: exit 0 with no
+    # output (moby/moby#27289, classified `output_lost`, docs/measurement.md). That is the
+    # engine's failure, stored as one; anything else is rtax's, or the fan-out's.
+    failed = runs[(runs["status"] != "ok") & (runs["error_class"] != "output_lost")]
     assert failed.empty, failed[["substrate", "vantage", "error_message"]].to_dict("records")
+    lost = runs[runs["error_class"] == "output_lost"]
+    assert set(lost["substrate"]) <= {"docker"}, lost[["substrate", "error_message"]]
     by = runs.groupby(["substrate", "vantage"]).size().to_dict()
     assert by == {
         ("docker", "eu"): 3,

@@ -671,10 +671,15 @@ def test_a_command_is_recorded_within_one_poll_interval_of_its_true_latency(
 ) -> None:
     """rtax's latency of an SSM command against the emulated service's own clock readings:
     the command ran from `accepted` to `ended` (its true latency), and the client learned of
-    the end when a GetCommandInvocation reported it (`reported`). Polling may delay that by one
-    interval, disclosed as the resolution; the rest of what rtax records beyond the true
-    latency is the client's own request legs, timed here around the call, not by rtax. The
-    durations are the issue's examples: the old back-off recorded ~0.62 s and ~2.26 s."""
+    the end when a GetCommandInvocation reported it (`reported`); the check before that one
+    answered "not yet" at `asked` (or, when the first check already saw the end, the service
+    accepted the command then). Polling may delay detection by the gap between those two
+    checks, which rtax discloses as the resolution: at least the interval it paused, and never
+    more than the service saw pass between the checks. The rest of what rtax records beyond the
+    true latency is the client's own request legs, timed here around the call, not by rtax.
+    Every bound is an ordering of clock readings, none a margin on how long a sleep or a request
+    took, so a loaded machine (a sleep of 0.04 s that lasts 0.055) can't break it. The durations
+    are the issue's examples: the old back-off recorded ~0.62 s and ~2.26 s."""
     sub, made = env
     assert sub.poll_interval_s == 0.04  # the default is what is checked
     for command in ("sleep 0.31", "sleep 1.27", "true"):
@@ -685,12 +690,14 @@ def test_a_command_is_recorded_within_one_poll_interval_of_its_true_latency(
         t = emulation.timings(made.env_id)[-1]
         assert t["ended"] is not None and t["reported"] is not None
         truth = t["ended"] - t["accepted"]
+        gap = t["reported"] - (t["asked"] if t["asked"] is not None else t["accepted"])
         legs = (t["accepted"] - before) + (after - t["reported"])  # send and last answer
         late = result.latency_s - truth
         assert result.resolution_s is not None
-        assert 0 < result.resolution_s <= sub.poll_interval_s + 0.01, command
-        # detection: within one poll interval (plus one request leg) of the end
-        assert 0 <= t["reported"] - t["ended"] <= result.resolution_s + 0.02, (command, t)
-        # recorded: the true latency, one interval at most, and the client's legs
-        assert late - legs <= 0.06, (command, late, legs)
+        # the disclosed resolution: the pause it made, within the gap the service saw
+        assert sub.poll_interval_s - 1e-3 <= result.resolution_s <= gap, (command, t)
+        # detection: the end fell inside that gap
+        assert 0 <= t["reported"] - t["ended"] <= gap, (command, t)
+        # recorded: the true latency, the detection delay at most, and the client's legs
+        assert late - legs <= t["reported"] - t["ended"] + 1e-6, (command, late, legs)
         assert late >= 0, command

@@ -105,9 +105,9 @@ class Ec2Emulation(LoopbackServer):
 
     def timings(self, instance_id: str) -> list[dict[str, float | None]]:
         """Per command sent to `instance_id`, in order, on this process's `clock`: when the
-        service accepted it, when it ended, and when a GetCommandInvocation first reported
-        the outcome. The service's own view, against which tests check rtax's polled figures
-        (docs/measurement.md#resolution)."""
+        service accepted it, when it ended, when a GetCommandInvocation first reported the
+        outcome, and when the last one before it answered "not yet". The service's own view,
+        against which tests check rtax's polled figures (docs/measurement.md#resolution)."""
         return self.ssm.timings(instance_id)
 
     # -- one request ----------------------------------------------------------------------------

@@ -58,6 +58,8 @@ class Invocation:
     ended_t: float | None = None
     #: when a GetCommandInvocation first answered with the outcome
     reported_t: float | None = None
+    #: when the last GetCommandInvocation before that answered "not yet" (None: none did)
+    asked_t: float | None = None
 
     @property
     def pidfile(self) -> str:
@@ -93,10 +95,16 @@ class RunCommand:
 
     def timings(self, instance_id: str) -> list[dict[str, float | None]]:
         """Per command sent to `instance_id`, in order: when the service accepted it, when it
-        ended, and when a GetCommandInvocation first reported the outcome."""
+        ended, when a GetCommandInvocation first reported the outcome, and when the last one
+        before that answered "not yet"."""
         with self.fleet.lock:
             return [
-                {"accepted": inv.accepted_t, "ended": inv.ended_t, "reported": inv.reported_t}
+                {
+                    "accepted": inv.accepted_t,
+                    "ended": inv.ended_t,
+                    "reported": inv.reported_t,
+                    "asked": inv.asked_t,
+                }
                 for (_, iid), inv in self._invocations.items()
                 if iid == instance_id
             ]
@@ -193,7 +201,9 @@ class RunCommand:
             if inv is None:
                 raise SsmError("InvocationDoesNotExist", "")
             final = inv.ended is not None
-            if final and inv.reported_t is None:
+            if not final:
+                inv.asked_t = clock()
+            elif inv.reported_t is None:
                 inv.reported_t = clock()
             started = inv.started.isoformat() if inv.started else ""
             ended = inv.ended.isoformat() if inv.ended else ""
