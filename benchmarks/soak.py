@@ -225,6 +225,17 @@ def account(lines: Sequence[str], acc: Accounting) -> None:
     acc.finished.update(tally.finished_runs(lines))
 
 
+def common_lines(lines: Sequence[str], most: int = 5) -> list[str]:
+    """The scheduler log's warnings and errors, alike ones counted together, most common first:
+    a line's timestamp is dropped and its numbers and hex ids become '#', so "rollout 3f2a...
+    failed after 1.2 s" and its next occurrence are one kind. Why: the soak deletes its folder
+    (logs included) unless --keep, and a count of warnings alone says nothing of what they were."""
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
+    masks = re.compile(r"\b[0-9a-f]{8,}\b|\d+(?:\.\d+)?")
+    kinds = Counter(masks.sub("#", stamp.sub("", line.strip()))[:200] for line in lines)
+    return [f"{n} x {text}" for text, n in kinds.most_common(most)]
+
+
 def fast_config(text: str, database: Path, metrics_port: int, speed: int = SPEED) -> str:
     """The shipped rtax.toml's `text` with its database at `database`, its /metrics on
     `metrics_port`, and every ``interval``/``jitter`` of a ``[[plans]]`` table divided by
@@ -550,6 +561,8 @@ def run(minutes: float, keep: bool = False) -> int:
                 account(path.read_text(errors="replace").splitlines(), acc)
             seen = len(acc.finished)
             extra["scheduler log warnings/errors"] = len(follower.lines)
+            for i, line in enumerate(common_lines(follower.lines), 1):
+                extra[f"  warning/error kind {i}"] = line
             extra["'database is locked'"] = follower.locked
             extra["dashboard page loads (ok / failed)"] = (
                 f"{reader.loads} / {sum(reader.failed.values())}"

@@ -143,3 +143,17 @@ def test_the_report_names_each_verdict_and_the_other_failures() -> None:
     assert "MISSES target" in text and "webhook posts: 3" in text
     assert "FAILED: the scheduler died" in text
     assert text.splitlines()[-1] == "rtax soak summary: 1 of 5 MISSED; 1 other failure"
+
+
+def test_warnings_are_summarised_by_kind_most_common_first() -> None:
+    lines = [
+        "2026-12-06 04:16:56,189 WARNING rollout 3f2a9c1e77 on docker failed after 1.25 s",
+        "2026-12-06 04:17:06,002 WARNING rollout 9bc0d4e1aa on docker failed after 0.5 s",
+        "2026-12-06 04:18:00,000 ERROR reaper: cannot use podman: boom",
+    ]
+    assert soak.common_lines(lines) == [
+        "2 x WARNING rollout # on docker failed after # s",
+        "1 x ERROR reaper: cannot use podman: boom",
+    ]
+    assert soak.common_lines(lines, most=1) == ["2 x WARNING rollout # on docker failed after # s"]
+    assert soak.common_lines([]) == []
