@@ -721,6 +721,12 @@ def test_a_burst_draws_its_refills_at_the_level_its_refills_run_at(
     assert _metric(at, "Claim p50") == "2.00 s" and _metric(at, "Claim p95") == "6.00 s"
     assert any("at 1.5 at once, read off load runs" in c.value for c in at.caption)
     assert any("busy 50% of that time" in c.value for c in at.caption)
+    assert not any("upper bound" in c.value for c in at.caption)  # validated at R <= 2
+    _inputs(at, proj_pool_size=8)  # refills are bounded by the size on screen: size first
+    _inputs(at, proj_pool_refill=4, proj_pool_claims=32)
+    assert any("(4 refills and" in c.value for c in at.caption)
+    assert any("read it as an upper bound" in c.value for c in at.caption)  # not at R 4
+    _inputs(at, proj_pool_size=2, proj_pool_refill=1, proj_pool_claims=5)
     at.selectbox(key="proj_pool_shape").set_value("staggered").run()
     assert any("n=7 measured cold starts" in c.value for c in at.caption)
     assert any("quiet cold starts" in c.value for c in at.caption)
