@@ -5,6 +5,7 @@ on an upgraded old file; and merging hourly rows equals summarizing the whole.""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from factories import make_record
 from polling import DEADLINE_S
 from rtax.analysis import sketch, stats, summaries
+from rtax.core.record import RolloutRecord
 from rtax.dashboard import summarized, tables
 from rtax.store import Store, migrations, retention
 
@@ -86,13 +88,18 @@ def _records():
             )
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("summaries") / "fixed.db"
+def _saved(folder: Path, records: Iterable[RolloutRecord]) -> Path:
+    """A store in `folder` holding `records`, saved the way the scheduler saves them."""
+    path = folder / "store.db"
     with Store(path) as store:
-        for record in _records():
+        for record in records:
             store.save_rollout(record)
     return path
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    return _saved(tmp_path_factory.mktemp("summaries"), _records())
 
 
 def _raw(store: Store) -> pd.DataFrame:
@@ -302,11 +309,7 @@ def _months_of_runs():
 
 @pytest.fixture(scope="module")
 def months_db(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("months") / "months.db"
-    with Store(path) as store:
-        for record in _months_of_runs():
-            store.save_rollout(record)
-    return path
+    return _saved(tmp_path_factory.mktemp("months"), _months_of_runs())
 
 
 @pytest.mark.parametrize(
