@@ -519,3 +519,36 @@ samples = 1
         assert len(receiver.bodies) == 1 and receiver.requests == 1
     finally:
         receiver.close()
+
+
+def test_the_scheduler_settles_allocators_once_and_trims_after_each_detection_pass(
+    tmp_path: Path, scheduler_of, monkeypatch
+) -> None:
+    """The soak's flat memory rests on these two calls (docs/soak.md#memory): one settle at
+    start, before any worker thread allocates, and a trim after every detection pass, even one
+    that fails."""
+    from rtax.service import memory
+
+    calls = {"settle": 0, "trim": 0}
+
+    def settle() -> list[str]:
+        calls["settle"] += 1
+        return []
+
+    def trim() -> bool:
+        calls["trim"] += 1
+        return False
+
+    monkeypatch.setattr(memory, "settle", settle)
+    monkeypatch.setattr(memory, "trim", trim)
+    conf = _config(tmp_path, PLAN_T0 + '\n[detection]\ninterval = "1s"\n')
+    scheduler = scheduler_of(conf)
+    wait_for(lambda: calls["trim"] >= 2, "two detection passes trimmed")
+    assert calls["settle"] == 1
+    broken = calls["trim"]
+    monkeypatch.setattr(
+        "rtax.service.detection.run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x"))
+    )
+    with pytest.raises(RuntimeError):
+        scheduler.run_detection()
+    assert calls["trim"] > broken and calls["settle"] == 1
