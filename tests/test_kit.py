@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -285,3 +288,53 @@ def test_a_container_tool_gets_its_own_variables_and_no_credential() -> None:
         "DOCKER_HOST": "unix:///run/docker.sock",
         "CONTAINERS_STORAGE_CONF": "/etc/containers/storage.conf",
     }
+
+
+def _child(script: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "stdlib fallback"])
+def test_communicate_returns_both_streams_whole_and_the_exit(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open")
+    # More than a pipe's buffer on each stream, interleaved, so neither read may wait on the other.
+    proc = _child(
+        "i=0; while [ $i -lt 3000 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done; exit 3"
+    )
+    out, err = kit.communicate(proc, 30)
+    assert out.decode().split() == [f"out{i}" for i in range(3000)]
+    assert err.decode().split() == [f"err{i}" for i in range(3000)]
+    assert proc.returncode == 3
+
+
+def test_communicate_waits_for_the_exit_without_a_polling_sleep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reason it exists: `Popen.communicate(timeout=...)` polls `waitpid` with sleeps from
+    0.5 ms, charged to every action. Here the child closes both pipes first and exits later, the
+    case that polled; the wait must wake on the exit itself, never by sleeping."""
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    proc = _child("exec >&- 2>&-; sleep 0.2; exit 7")
+    assert kit.communicate(proc, 30) == (b"", b"")
+    assert proc.returncode == 7
+    assert slept == []
+
+
+def test_communicate_raises_timeout_expired_and_leaves_the_child_to_the_caller() -> None:
+    proc = _child("echo started; exec sleep 30")
+    with pytest.raises(subprocess.TimeoutExpired):
+        kit.communicate(proc, 0.3)
+    assert proc.poll() is None  # still running: killing it is the caller's choice, as with Popen
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL

@@ -145,7 +145,7 @@ class LocalSubstrate:
         except OSError as exc:
             raise ExecError(str(exc)) from exc
         try:
-            out, err = proc.communicate(timeout=max(timeout_s, 0.0))
+            out, err = kit.communicate(proc, max(timeout_s, 0.0))
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.communicate()

@@ -239,7 +239,7 @@ class PodmanSubstrate:
             stderr=subprocess.PIPE,
         )
         try:
-            out, err = proc.communicate(timeout=kit.call_timeout(timeout_s, EXEC_MARGIN_S))
+            out, err = kit.communicate(proc, kit.call_timeout(timeout_s, EXEC_MARGIN_S))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
