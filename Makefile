@@ -110,9 +110,11 @@ faults: fixtures docker
 # The soak (docs/soak.md): the scheduler with the shipped plans 10x faster for SOAK_MIN minutes,
 # the dashboard read by Chromium, Prometheus scraping /metrics, a local webhook; its memory,
 # files, threads and WAL sampled, slopes and a verdict per target, exit 1 on a miss. CI: 5 min.
+# SOAK_FLAGS=--keep keeps its folder (logs, database, samples.csv) and prints where.
 SOAK_MIN ?= 60
+SOAK_FLAGS ?=
 soak: fixtures docker browser prometheus
-	$(PY) benchmarks/soak.py --minutes $(SOAK_MIN)
+	$(PY) benchmarks/soak.py --minutes $(SOAK_MIN) $(SOAK_FLAGS)
 
 clean:
 	rm -rf $(VENV) data/fixtures data/cache .pytest_cache .ruff_cache test-artifacts

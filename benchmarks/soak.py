@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import http.server
 import json
 import os
@@ -38,7 +39,7 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,12 @@ PAGES = (
 @dataclass(frozen=True)
 class Sample:
     """One look at the scheduler: seconds since the soak began, then what /proc and the
-    database's folder showed."""
+    database's folder showed.
+
+    `rss_anon_mb` and `rss_file_mb` split `rss_mb` (with the small shared part, not kept): heap
+    that grows is anonymous, while pages of the database or of libraries that the process has
+    touched are file-backed and go when the kernel wants them. Why keep both: an hour's creep
+    of ~2.5 MB/h tracked the database's growth, and this split says which of the two it is."""
 
     t: float
     rss_mb: float
@@ -92,6 +98,35 @@ class Sample:
     threads: int
     db_mb: float
     wal_mb: float
+    rss_anon_mb: float
+    rss_file_mb: float
+
+
+#: samples.csv's columns, in order (one row per sample, written as it is taken)
+CSV_COLUMNS = tuple(f.name for f in fields(Sample))
+
+
+def write_sample(path: Path, sample: Sample) -> None:
+    """Append `sample` to the CSV at `path`, with the header first when the file is new. Why a
+    row at a time: a soak cut short (Ctrl-C, a dead scheduler) keeps every minute it took, and
+    the hour's shape (levels, steps, a creep that levels off) can be read back, not only its
+    slope."""
+    new = not path.exists()
+    with path.open("a", newline="") as out:
+        writer = csv.writer(out)
+        if new:
+            writer.writerow(CSV_COLUMNS)
+        writer.writerow([getattr(sample, name) for name in CSV_COLUMNS])
+
+
+def read_samples(path: Path) -> list[Sample]:
+    """The samples a soak wrote to `path` (write_sample), for reading an hour back."""
+    with path.open(newline="") as source:
+        rows = list(csv.DictReader(source))
+    ints = {"fds", "threads"}
+    return [
+        Sample(**{k: (int(v) if k in ints else float(v)) for k, v in row.items()}) for row in rows
+    ]
 
 
 def slope_per_hour(points: Sequence[tuple[float, float]]) -> float | None:
@@ -278,6 +313,8 @@ def report(
         lines.append(f"samples: {len(samples)} (warm-up {warm_up_s(minutes) / 60:.1f} min)")
         for label, key, unit in (
             ("resident memory", "rss_mb", "MB"),
+            ("  anonymous", "rss_anon_mb", "MB"),
+            ("  file-backed", "rss_file_mb", "MB"),
             ("open files", "fds", ""),
             ("threads", "threads", ""),
             ("database", "db_mb", "MB"),
@@ -443,12 +480,34 @@ class Reader:
             self.stop.wait(max(0.0, READ_EVERY_S - (time.monotonic() - began)))
 
 
-def _proc(pid: int) -> tuple[float, int, int]:
-    """Resident MB, open files and threads of process `pid`."""
+@dataclass(frozen=True)
+class ProcStatus:
+    """What /proc says of one process: resident MB (all, anonymous, file-backed), open files and
+    threads."""
+
+    rss_mb: float
+    rss_anon_mb: float
+    rss_file_mb: float
+    fds: int
+    threads: int
+
+
+def proc_status(pid: int) -> ProcStatus:
+    """/proc/PID/status and /proc/PID/fd of process `pid` (Linux: RssAnon and RssFile since
+    4.5)."""
     status = Path(f"/proc/{pid}/status").read_text()
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    rss_kb = float(fields["VmRSS"].split()[0])
-    return rss_kb / 1024.0, len(os.listdir(f"/proc/{pid}/fd")), int(fields["Threads"])
+    found = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+
+    def mb(key: str) -> float:
+        return float(found[key].split()[0]) / 1024.0
+
+    return ProcStatus(
+        mb("VmRSS"),
+        mb("RssAnon"),
+        mb("RssFile"),
+        len(os.listdir(f"/proc/{pid}/fd")),
+        int(found["Threads"]),
+    )
 
 
 def fd_kinds(pid: int) -> Counter[str]:
@@ -533,18 +592,21 @@ def run(minutes: float, keep: bool = False) -> int:
                     if not scheduler.alive():
                         extra["scheduler"] = f"exited {scheduler.proc.returncode} mid-soak"
                         break
-                    rss, fds, threads = _proc(scheduler.proc.pid)
+                    proc = proc_status(scheduler.proc.pid)
                     kinds[round(now - began, 1)] = fd_kinds(scheduler.proc.pid)
                     samples.append(
                         Sample(
                             round(now - began, 1),
-                            round(rss, 1),
-                            fds,
-                            threads,
+                            round(proc.rss_mb, 1),
+                            proc.fds,
+                            proc.threads,
                             round(_mb(database), 2),
                             round(_mb(Path(f"{database}-wal")), 2),
+                            round(proc.rss_anon_mb, 1),
+                            round(proc.rss_file_mb, 1),
                         )
                     )
+                    write_sample(root / "samples.csv", samples[-1])
                     next_sample += sample_s
                 follower.poll()
                 bar.set_postfix_str(
@@ -590,7 +652,7 @@ def run(minutes: float, keep: bool = False) -> int:
         return 1 if failed else 0
     finally:
         if keep:
-            print(f"kept {root}")
+            print(f"kept {root} (its samples, a row each: {root / 'samples.csv'})")
         else:
             shutil.rmtree(root, ignore_errors=True)
 

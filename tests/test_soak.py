@@ -46,7 +46,8 @@ def _samples(minutes: float, every_s: float, rss_per_h: float, fd_leak: int = 0)
     out, t, i = [], 0.0, 0
     while t <= minutes * 60:
         busy = 6 if i % 2 else 0
-        out.append(Sample(t, 80 + rss_per_h * t / 3600, 12 + busy + fd_leak * i, 9, 1.0, 0.5))
+        rss = 80 + rss_per_h * t / 3600
+        out.append(Sample(t, rss, 12 + busy + fd_leak * i, 9, 1.0, 0.5, rss - 20, 20.0))
         t += every_s
         i += 1
     return out
@@ -93,7 +94,7 @@ def test_a_short_run_prints_the_memory_slope_but_does_not_judge_it() -> None:
 
 def test_a_big_wal_misses() -> None:
     samples = _samples(60, 60, rss_per_h=0.0)
-    samples[30] = Sample(samples[30].t, 80, 12, 9, 1.0, 70.0)
+    samples[30] = Sample(samples[30].t, 80, 12, 9, 1.0, 70.0, 60.0, 20.0)
     assert _judged(samples, 60, _clean())["WAL"] is False
 
 
@@ -143,6 +144,39 @@ def test_the_report_names_each_verdict_and_the_other_failures() -> None:
     assert "MISSES target" in text and "webhook posts: 3" in text
     assert "FAILED: the scheduler died" in text
     assert text.splitlines()[-1] == "rtax soak summary: 1 of 5 MISSED; 1 other failure"
+
+
+def test_the_report_splits_resident_memory_into_anonymous_and_file_backed() -> None:
+    # the heap grows 12 MB/h, the file-backed pages stay at 20 MB: the report says which
+    text = soak.report(_samples(60, 60, rss_per_h=12.0), 60, _clean(), {})
+    lines = text.splitlines()
+    anon = next(line for line in lines if line.strip().startswith("anonymous"))
+    filed = next(line for line in lines if line.strip().startswith("file-backed"))
+    assert "slope after warm-up +12.00MB/h" in anon
+    assert "slope after warm-up +0.00MB/h" in filed
+
+
+def test_samples_are_written_a_row_at_a_time_and_read_back_whole(tmp_path: Path) -> None:
+    path = tmp_path / "samples.csv"
+    samples = _samples(10, 60, rss_per_h=3.0)
+    for i, sample in enumerate(samples):
+        soak.write_sample(path, sample)
+        if i == 2:  # a soak cut short here still has its first three minutes, header and all
+            assert soak.read_samples(path) == samples[:3]
+    assert soak.read_samples(path) == samples
+    assert path.read_text().splitlines()[0] == ",".join(soak.CSV_COLUMNS)
+    assert path.read_text().count("rss_anon_mb") == 1  # one header, not one per row
+
+
+def test_proc_status_reads_this_process() -> None:
+    import os
+
+    got = soak.proc_status(os.getpid())
+    # RssAnon + RssFile + RssShmem is VmRSS; the shared part of a test process is small
+    assert got.rss_anon_mb > 0 and got.rss_file_mb > 0
+    assert got.rss_anon_mb + got.rss_file_mb <= got.rss_mb + 0.01
+    assert got.rss_anon_mb + got.rss_file_mb > 0.5 * got.rss_mb
+    assert got.fds >= 3 and got.threads >= 1
 
 
 def test_warnings_are_summarised_by_kind_most_common_first() -> None:
