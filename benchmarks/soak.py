@@ -87,10 +87,12 @@ class Sample:
     """One look at the scheduler: seconds since the soak began, then what /proc and the
     database's folder showed.
 
-    `rss_anon_mb` and `rss_file_mb` split `rss_mb` (with the small shared part, not kept): heap
-    that grows is anonymous, while pages of the database or of libraries that the process has
-    touched are file-backed and go when the kernel wants them. Why keep both: an hour's creep
-    of ~2.5 MB/h tracked the database's growth, and this split says which of the two it is."""
+    `rss_anon_mb` and `rss_file_mb` split `rss_mb` (with the small shared part, not kept). The
+    anonymous part is the heap: Python's objects, the native allocators' pools and SQLite's own
+    page cache (the store maps no database file, so SQLite reads pages into malloc'd memory).
+    The file-backed part is mapped files: the interpreter, the extension modules and their
+    libraries, which the kernel may drop and read back. Why keep both: a heap that grows is
+    what a leak looks like, while a process touching more of its libraries is not."""
 
     t: float
     rss_mb: float
