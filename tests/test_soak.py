@@ -177,6 +177,14 @@ def test_proc_status_reads_this_process() -> None:
     assert got.rss_anon_mb + got.rss_file_mb <= got.rss_mb + 0.01
     assert got.rss_anon_mb + got.rss_file_mb > 0.5 * got.rss_mb
     assert got.fds >= 3 and got.threads >= 1
+    # 64 MB of heap, every page written (a block this size is its own mapping, so no freed
+    # memory is reused): the anonymous part rises by it, the file-backed part does not. This
+    # is what tells the two fields apart if they were ever read swapped.
+    block = b"x" * (64 << 20)
+    after = soak.proc_status(os.getpid())
+    assert after.rss_anon_mb - got.rss_anon_mb > 56
+    assert abs(after.rss_file_mb - got.rss_file_mb) < 8
+    del block
 
 
 def test_warnings_are_summarised_by_kind_most_common_first() -> None:
