@@ -31,6 +31,7 @@ from rtax.rollouts.rollout import run_rollout
 from rtax.settings.pool import PoolSettings
 from rtax.store.database import Store
 from rtax.substrates import kit
+from rtax.substrates.docker.snapshot import containerd_temp_dirs, unpacked_copies
 from rtax.substrates.docker.substrate import SNAPSHOT_REPOSITORY, DockerSubstrate
 from rtax.substrates.local import LocalSubstrate
 from rtax.substrates.pool import WarmPool
@@ -63,16 +64,24 @@ def _left() -> str:
     )
 
 
+def _unpacked() -> set[Path]:
+    """containerd's unpacked copies of rtax's restores on this host (containerd keeps one per
+    restore: `rtax.substrates.docker.snapshot.remove_unpacked`)."""
+    return set(unpacked_copies(None, containerd_temp_dirs()))
+
+
 @contextlib.contextmanager
 def _restorer(gvisor: bool, mode: str = "exec") -> Iterator[Restorer]:
     restorer = Restorer(_docker(gvisor, mode))
     folder = restorer.folder
+    before = _unpacked()  # an earlier, killed run's are not this test's
     try:
         yield restorer
     finally:
         restorer.close()
     assert not Path(folder).exists(), "the snapshots' folder outlived the restore path"
     assert _left() == ""
+    assert _unpacked() - before == set(), "containerd's copy of a restore outlived it"
 
 
 @contextlib.contextmanager
@@ -214,6 +223,27 @@ def test_the_reaper_thaws_a_frozen_leftover_whose_pool_is_gone(
         pool.close()
         reaper.close()
     assert _left() == ""
+
+
+def test_the_reaper_removes_containerd_copy_of_a_crashed_restore() -> None:
+    """A restored container whose rollout died before its cleanup: the reaper, which finds it
+    by its label and knows nothing of the restore, removes it and the copy of its checkpoint
+    containerd unpacked to restore from (containerd never removes it)."""
+    with _restorer(gvisor=False) as restorer:
+        assert run_rollout(restorer, workloads.build("T0")).ok  # makes the snapshot
+        run_id = "contract-paths-crashed"
+        env = restorer.inner.restore(restorer.snapshots["T0"], run_id, lifetime_s=60)
+        reaper = _docker(False)
+        try:
+            (copy,) = unpacked_copies({run_id}, containerd_temp_dirs())
+            later = datetime.now(UTC) + timedelta(hours=2)  # past its expiry: an orphan
+            done = reap([reaper], now=later)
+            assert [(o.leftover.env_id, o.error) for o in done] == [(env.env_id, None)]
+            assert not copy.exists()
+        finally:
+            with contextlib.suppress(Exception):
+                restorer.inner.destroy(env, 60)
+            reaper.close()
 
 
 @pytest.mark.parametrize("removed", ["image", "checkpoint"])

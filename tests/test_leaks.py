@@ -293,3 +293,51 @@ def test_an_owner_of_the_same_host_name_in_another_pid_namespace_is_not_checked_
         expires_at=later,
     )  # fmt: skip
     assert reaper.why_orphan(ours, older_than_s=None, now=now) == f"owner pid {dead} is gone"
+
+
+def test_containerds_copy_of_a_restore_is_found_by_its_marker_and_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """containerd unpacks each restored checkpoint into a ``ctrd-checkpoint*`` folder it never
+    removes; rtax removes its own copy, named by the file unique to that restore, and leaves
+    another restore's and another tool's alone."""
+    from rtax.substrates.docker import snapshot
+
+    def unpacked(name: str, marker: str | None) -> Path:
+        folder = tmp_path / f"{snapshot.UNPACKED_PREFIX}{name}"
+        folder.mkdir()
+        (folder / "core-1.img").write_bytes(b"\0" * 64)
+        if marker is not None:
+            (folder / snapshot.MARKER).write_text(marker)
+        return folder
+
+    mine, other, foreign = unpacked("1", "run-a"), unpacked("2", "run-b"), unpacked("3", None)
+    assert set(snapshot.unpacked_copies(None, {tmp_path})) == {mine, other}
+    assert snapshot.remove_unpacked("run-a", {tmp_path}) == 1
+    assert not mine.exists() and other.exists() and foreign.exists()
+    assert snapshot.remove_unpacked("run-a", {tmp_path}) == 0
+
+
+def test_containerds_temporary_directory_is_read_from_its_own_environment(tmp_path: Path) -> None:
+    """Go's os.MkdirTemp(XDG_RUNTIME_DIR) is where containerd unpacks: its XDG_RUNTIME_DIR, else
+    its TMPDIR, else /tmp; read from each containerd's /proc entry (a fault suite's private
+    engine runs one of its own), /tmp when none is seen."""
+    from rtax.substrates.docker import snapshot
+
+    def process(pid: int, comm: str, **environ: str) -> None:
+        entry = tmp_path / str(pid)
+        entry.mkdir()
+        (entry / "comm").write_text(comm + "\n")
+        (entry / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in environ.items()))
+
+    assert snapshot.containerd_temp_dirs(tmp_path) == {Path("/tmp")}
+    process(10, "containerd", PATH="/usr/bin", XDG_RUNTIME_DIR="/run/user/0", TMPDIR="/var/tmp")
+    process(11, "containerd", TMPDIR="/var/tmp/x")
+    process(12, "dockerd", TMPDIR="/elsewhere")
+    process(13, "containerd")
+    (tmp_path / "self").mkdir()
+    assert snapshot.containerd_temp_dirs(tmp_path) == {
+        Path("/run/user/0"),
+        Path("/var/tmp/x"),
+        Path("/tmp"),
+    }

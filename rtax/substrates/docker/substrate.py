@@ -282,6 +282,11 @@ class DockerSubstrate:
                 f"container {env.env_id[:12]} still exists after removal"
             ),
         )
+        restored = env.handle.get("restore_id") if isinstance(env.handle, dict) else None
+        if restored or (isinstance(env, Leftover) and env.run_id):
+            # containerd's copy of a restore's checkpoint outlives its container
+            # (`snapshot.remove_unpacked`); a leftover may be a crashed run's restore
+            snapshot.remove_unpacked(str(restored or env.run_id))
 
     # -- snapshots and pauses (rtax.substrates.base.Snapshots, Pauses) ----------------------
 
@@ -385,15 +390,16 @@ class DockerSubstrate:
         try:
             root = str(self._info().get("DockerRootDir") or "/var/lib/docker")
             snapshot.place(root, env.env_id, Path(snap["dir"]), run_id)
+            env.handle["restore_id"] = run_id
             env.mark("placed")
             self._start(
                 env, self.create_timeout_s, lambda: snapshot.start_from(self.api, env.env_id)
             )
         except errors.APIError as exc:
-            self._remove_quietly(env.env_id)
+            self._remove_quietly(env.env_id, restore_id=run_id)
             raise CreateFailed(f"restore: {exc.explanation}") from exc
         except BaseException:
-            self._remove_quietly(env.env_id)
+            self._remove_quietly(env.env_id, restore_id=run_id)
             raise
         return env
 
@@ -474,10 +480,14 @@ class DockerSubstrate:
             for c in self.api.containers(all=True, filters={"label": wanted})
         ]
 
-    def _remove_quietly(self, ref: str) -> None:
-        """Force-remove a container by id or name, ignoring every error (best effort)."""
+    def _remove_quietly(self, ref: str, restore_id: str | None = None) -> None:
+        """Force-remove a container by id or name, ignoring every error (best effort), and
+        containerd's copy of its checkpoint when it was a restore that failed."""
         with contextlib.suppress(Exception), self._call_timeout(60):
             self.api.remove_container(ref, force=True)
+        if restore_id is not None:
+            with contextlib.suppress(OSError):
+                snapshot.remove_unpacked(restore_id)
 
     def _call_timeout(self, seconds: float) -> contextlib.AbstractContextManager[None]:
         """Bound this thread's engine calls inside to `seconds` (`daemon.call_timeout`:
