@@ -6,6 +6,8 @@ which would report zero leaks, zero lost rows or a live scheduler when there are
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from factories import make_record
 from polling import wait_for
 from rtax.core.record import RolloutRecord
 from rtax.emulation.faults import Fault
-from rtax.faultsuite import scenario, tally
+from rtax.faultsuite import scenario, suite, tally
 from rtax.faultsuite.inject import kind_of
 from rtax.faultsuite.watch import LogFollower, search_files
 from rtax.service.dispatch import _announce
@@ -267,3 +269,51 @@ def test_the_environment_search_finds_a_secret_in_a_running_local_command(tmp_pa
         for proc in (leaky, clean):
             proc.kill()
             proc.wait()
+
+
+def _process(tmp_path: Path, code: str) -> tuple[suite.SchedulerProcess, Path]:
+    """A SchedulerProcess whose current start is `code` run by Python, logging where
+    `rtax schedule`'s first start would."""
+    scheduler = suite.SchedulerProcess(tmp_path / "x.toml", tmp_path, {}, LogFollower())
+    scheduler.starts = 1
+    log = tmp_path / "scheduler-1.log"
+    scheduler.proc = subprocess.Popen([sys.executable, "-c", code, str(log)])
+    return scheduler, log
+
+
+def test_a_restart_is_waited_for_until_it_serves(tmp_path: Path) -> None:
+    """The SIGKILL fault ends when the restarted scheduler serves, so the next fault (the full
+    disk) meets a running scheduler, not one mid-start (CI's exit-2 loop, issue 25)."""
+    code = (
+        "import sys, time\n"
+        "time.sleep(1)\n"
+        "open(sys.argv[1], 'w').write('2026-12-07 15:16:12,150 INFO scheduler started: 4 plans, "
+        "database /tmp/x.db\\n')\n"
+        "time.sleep(120)\n"
+    )
+    scheduler, log = _process(tmp_path, code)
+    try:
+        assert scheduler._serving_within(log, 60.0)
+        assert scheduler.alive()
+    finally:
+        scheduler.proc.kill()
+        scheduler.proc.wait()
+
+
+def test_a_restart_that_exits_before_serving_ends_the_wait(tmp_path: Path) -> None:
+    code = "import sys\nopen(sys.argv[1], 'w').write('cannot start: OSError\\n')\nsys.exit(2)\n"
+    scheduler, log = _process(tmp_path, code)
+    assert not scheduler._serving_within(log, 120.0)  # ends at the exit, not the deadline
+    assert scheduler.proc.returncode == 2
+
+
+def test_the_serving_line_is_what_the_scheduler_logs() -> None:
+    """`rtax schedule`'s log format and the scheduler's message, as `SERVING` expects them."""
+    import inspect
+
+    from rtax.cli import commands
+    from rtax.service import scheduler
+
+    assert '"%(asctime)s %(levelname)s %(message)s"' in inspect.getsource(commands.cmd_schedule)
+    said = scheduler.Scheduler.start
+    assert f'"{suite.SERVING.split(" INFO ", 1)[1]}' in inspect.getsource(said)

@@ -43,6 +43,11 @@ SETTLE_S = 60.0
 RESTART_S = 5.0
 GIVE_UP_AFTER = 5
 GIVE_UP_S = 120.0
+#: How long a restarted scheduler may take to say it serves (fixture, engine, emulations and a
+#: reaper pass come first: about 6 s here, more on a loaded CI machine).
+SERVING_S = 180.0
+#: What a scheduler logs once it serves (`rtax.service.scheduler.Scheduler.start`).
+SERVING = " INFO scheduler started: "
 
 
 @contextlib.contextmanager
@@ -112,7 +117,14 @@ class SchedulerProcess:
             self.start()
 
     def sigkill(self) -> bool:
-        """SIGKILL, then start the next one (which must reap and write the spool)."""
+        """SIGKILL, then start the next one (which must reap and write the spool), and return
+        once it serves (or died, or `SERVING_S` passed: the table says so either way).
+
+        Why wait: the faults come one at a time, and the fault after this one (a full disk, in
+        every round) is meant for a running scheduler. Returning at the restart let the disk fill
+        while the new scheduler was still starting (half a second after it served, here; before,
+        on a loaded CI machine), and a scheduler that *starts* on a full disk can't take its lock
+        or open its database: it exits 2, as does every restart until the disk is freed."""
         with self.lock:
             if self.given_up or self.proc is None or self.proc.poll() is not None:
                 return False
@@ -120,7 +132,29 @@ class SchedulerProcess:
             self.proc.wait(timeout=STOP_S)
             self._early_deaths = 0
             self.start()
-            return True
+            log_path = self.logs / f"scheduler-{self.starts}.log"
+        if not self._serving_within(log_path, SERVING_S) and self.alive():
+            # (one that exited is counted by `check`); the table must not read "alive" then
+            with self.lock:
+                self.deaths.append(
+                    f"scheduler start {self.starts} did not say it serves within "
+                    f"{SERVING_S:.0f} s of the SIGKILL"
+                )
+        return True
+
+    def _serving_within(self, log_path: Path, timeout_s: float) -> bool:
+        """Whether the start logging to `log_path` said it serves before it exited or
+        `timeout_s` passed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            proc = self.proc
+            ended = proc is None or proc.poll() is not None  # before the read: its last line too
+            with contextlib.suppress(FileNotFoundError):
+                if SERVING in log_path.read_text(errors="replace"):
+                    return True
+            if ended or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)  # polling the log for one line, with a deadline
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
